@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Set up the edgelab environment if needed, then reproduce results or run the tests.
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: ./run.sh reproduce [args...]   run `edgelab reproduce --profile smoke [args...]`
+       ./run.sh test [pytest args...]  run the test suite
+       ./run.sh -h | --help            show this help
+
+Environment:
+  EDGELAB_VENV      virtualenv to create/use (default: .venv in the repo root)
+  EDGELAB_DATA_DIR  offline datasets (default: ../shared/data when it exists)
+  KERAS_HOME, TF_CPP_MIN_LOG_LEVEL, MPLBACKEND are given defaults when unset.
+EOF
+}
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+VENV="${EDGELAB_VENV:-.venv}"
+STAMP="$VENV/.edgelab-pyproject.sha256"
+
+die() {
+    echo "run.sh: $*" >&2
+    exit 1
+}
+
+# Print the first interpreter that is Python 3.11 or newer.
+find_python() {
+    local candidate
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1 \
+            && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+ensure_venv() {
+    local fresh=0 python digest
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        python="$(find_python)" \
+            || die "need Python >= 3.11, found: $(python3 --version 2>&1 || echo 'no python3')"
+        echo "run.sh: creating virtualenv $VENV with $python" >&2
+        "$python" -m venv "$VENV"
+        fresh=1
+    fi
+    digest="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+    # Reinstall only when the venv is new or pyproject.toml changed since the last install.
+    if [[ $fresh -eq 1 || ! -f "$STAMP" || "$(cat "$STAMP")" != "$digest" ]]; then
+        echo "run.sh: installing edgelab into $VENV (pip install -e .)" >&2
+        "$VENV/bin/python" -m pip install --quiet -e .
+        echo "$digest" >"$STAMP"
+    fi
+}
+
+export_defaults() {
+    if [[ -z "${EDGELAB_DATA_DIR:-}" && -d "$ROOT/../shared/data" ]]; then
+        EDGELAB_DATA_DIR="$(cd "$ROOT/../shared/data" && pwd)"
+        export EDGELAB_DATA_DIR
+        echo "run.sh: EDGELAB_DATA_DIR=$EDGELAB_DATA_DIR" >&2
+    fi
+    export KERAS_HOME="${KERAS_HOME:-$ROOT/data/cache/keras}"
+    export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+    export MPLBACKEND="${MPLBACKEND:-Agg}"
+}
+
+if [[ $# -eq 0 ]]; then
+    usage >&2
+    exit 2
+fi
+cmd="$1"
+shift
+
+case "$cmd" in
+    -h | --help)
+        usage
+        ;;
+    reproduce)
+        ensure_venv
+        export_defaults
+        exec "$VENV/bin/python" -m edgelab.cli reproduce --profile smoke "$@"
+        ;;
+    test)
+        ensure_venv
+        export_defaults
+        status=0
+        "$VENV/bin/python" -m pytest "$@" || status=$?
+        # pytest exits 5 when it collected no tests; an empty run must not pass.
+        if [[ $status -eq 5 ]]; then
+            echo "run.sh: pytest collected no tests; treating this as a failure" >&2
+            exit 1
+        fi
+        exit "$status"
+        ;;
+    *)
+        echo "run.sh: unknown command '$cmd'" >&2
+        usage >&2
+        exit 2
+        ;;
+esac
