@@ -1,0 +1,190 @@
+"""Get a Dask cluster whose workers are devices: emulated here, or real ones by address.
+
+``connect(n_devices)`` starts a ``LocalCluster`` with one worker *process* per
+emulated device: one thread each, TensorFlow capped to one intra-op thread (set
+in the worker's environment before it starts, since TensorFlow cannot change it
+after its first op), and Dask resources naming the device and its tier so work
+is pinned by name, never by address (a restarted worker gets a new address).
+
+Dask's memory limit is only a safety net: TensorFlow alone holds ~620 MB of RSS
+per process and Dask pauses a worker at 80 % of its limit, after which tasks
+wait forever. The device's own memory budget is enforced by ``edgelab.train``
+against the working set measured above the framework baseline.
+
+``connect(..., scheduler_address=...)`` (or ``EDGELAB_SCHEDULER``) attaches to
+a running scheduler instead, e.g. real Raspberry Pis running ``dask worker``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client, LocalCluster
+
+from edgelab import runtime
+from edgelab.devices import DeviceProfile, get_profile
+from edgelab.errors import ClusterError, ConfigError
+
+# Generous: the device budget is accounted separately (see module docstring).
+DEFAULT_WORKER_MEMORY_LIMIT = "2GiB"
+TIER = "edge"
+
+
+def device_names(profile: DeviceProfile, n_devices: int) -> list[str]:
+    """Names of the first ``n_devices`` emulated devices: ``pi3b-0``, ``pi3b-1`` ..."""
+    return [f"{profile.name}-{i}" for i in range(n_devices)]
+
+
+def device_resource(name: str) -> str:
+    """The Dask resource that pins a task to the device called ``name``."""
+    return f"device-{name}"
+
+
+def _worker_env(repo_cache: str) -> dict[str, str]:
+    return {
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "TF_NUM_INTEROP_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+        "KERAS_BACKEND": "tensorflow",
+        # import keras writes to ~/.keras otherwise
+        "KERAS_HOME": repo_cache,
+    }
+
+
+@dataclass
+class DeviceCluster:
+    """A Dask client plus the devices it can use."""
+
+    client: Client
+    devices: list[str]
+    profile: DeviceProfile
+    emulated: bool
+    local_cluster: LocalCluster | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dashboard_link(self) -> str:
+        """Link to the Dask dashboard."""
+        return str(self.client.dashboard_link)
+
+    def close(self) -> None:
+        """Close the client, and the cluster if we started it."""
+        self.client.close()
+        if self.local_cluster is not None:
+            self.local_cluster.close()
+
+    def __enter__(self) -> DeviceCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    n_devices: int,
+    *,
+    profile: str = "pi3b",
+    scheduler_address: str | None = None,
+    worker_memory_limit: str = DEFAULT_WORKER_MEMORY_LIMIT,
+    dashboard_address: str = ":8787",
+    timeout_s: float = 120.0,
+) -> DeviceCluster:
+    """Start an emulated device cluster, or attach to a running scheduler.
+
+    Parameters
+    ----------
+    n_devices
+        Devices needed (one worker each).
+    profile
+        Device profile of emulated workers; attached clusters run ``native``.
+    scheduler_address
+        Address of a running scheduler (``tcp://host:8786``); falls back to the
+        ``EDGELAB_SCHEDULER`` environment variable, then to a new local cluster.
+    worker_memory_limit
+        Dask's per-worker limit (a safety net, not the device budget).
+    dashboard_address
+        Where the local dashboard listens; ``":0"`` picks a free port.
+    timeout_s
+        How long to wait for the scheduler and the workers.
+    """
+    if not isinstance(n_devices, int) or n_devices < 1:
+        raise ConfigError("n_devices", n_devices, "an integer >= 1")
+    address = scheduler_address or os.environ.get("EDGELAB_SCHEDULER") or None
+    if address:
+        return _attach(address, n_devices, timeout_s)
+    device_profile = get_profile(profile)
+    return _start_local(n_devices, device_profile, worker_memory_limit, dashboard_address, timeout_s)
+
+
+def _start_local(
+    n_devices: int,
+    profile: DeviceProfile,
+    worker_memory_limit: str,
+    dashboard_address: str,
+    timeout_s: float,
+) -> DeviceCluster:
+    from edgelab.paths import cache_dir
+
+    cluster = LocalCluster(
+        n_workers=0,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=dashboard_address,
+        memory_limit=worker_memory_limit,
+    )
+    env = _worker_env(str(cache_dir() / "keras"))
+    for name in device_names(profile, n_devices):
+        spec = {"cls": cluster.new_spec["cls"], "options": dict(cluster.new_spec["options"])}
+        spec["options"].update(
+            name=name,
+            nthreads=1,
+            memory_limit=worker_memory_limit,
+            resources={device_resource(name): 1, f"tier-{TIER}": 1},
+            env=env,
+        )
+        cluster.worker_spec[name] = spec
+    cluster.scale(n_devices)
+    client = Client(cluster)
+    try:
+        client.wait_for_workers(n_devices, timeout=timeout_s)
+        client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
+    except Exception as exc:
+        client.close()
+        cluster.close()
+        raise ClusterError(f"the emulated cluster of {n_devices} devices did not start: {exc}") from exc
+    info = {"workers": n_devices, "memory_limit": worker_memory_limit, "threads_per_worker": 1}
+    return DeviceCluster(client, device_names(profile, n_devices), profile, True, cluster, info)
+
+
+def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
+    try:
+        client = Client(address, timeout=min(timeout_s, 10.0))
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"scheduler_address={address!r} is unreachable ({exc}); allowed: the address of a "
+            "running Dask scheduler, or none to start an emulated cluster"
+        ) from exc
+    try:
+        client.wait_for_workers(n_devices, timeout=timeout_s)
+    except TimeoutError as exc:
+        have = len(client.scheduler_info()["workers"])
+        client.close()
+        raise ClusterError(
+            f"n_devices={n_devices} but the scheduler at {address} has only {have} workers"
+        ) from exc
+    workers = client.scheduler_info()["workers"].values()
+    names = sorted(str(w["name"]) for w in workers)[:n_devices]
+    # Real workers may not carry our resources; give each one that names it.
+    client.run(_add_device_resource)
+    client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
+    return DeviceCluster(client, names, get_profile("native"), False, None, {"address": address})
+
+
+async def _add_device_resource(dask_worker: Any) -> None:
+    resource = device_resource(str(dask_worker.name))
+    if resource not in dask_worker.state.total_resources:
+        await dask_worker.set_resources(**{resource: 1})

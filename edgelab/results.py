@@ -1,0 +1,109 @@
+"""Results store: one folder per run, keyed by the parameters that produced it.
+
+A run's key is a hash of its parameters (canonical JSON), so re-running a
+notebook with the same parameters finds and reuses what was computed, and a
+sweep interrupted half-way resumes where it stopped. A run is written to a
+temporary folder and renamed into place in one step, so a reader sees a whole
+run or none, never a partial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from edgelab.paths import results_dir
+
+# Bump when the meaning of stored results changes, so old runs are not reused.
+SCHEMA_VERSION = 1
+
+
+def run_key(params: Mapping[str, Any]) -> str:
+    """Stable key of a parameter set.
+
+    Examples
+    --------
+    >>> run_key({"a": 1, "b": [1, 2]}) == run_key({"b": [1, 2], "a": 1})
+    True
+    """
+    canonical = json.dumps({"schema": SCHEMA_VERSION, **params}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass
+class StoredRun:
+    """A run read back from the store: its parameters, summary and tables."""
+
+    key: str
+    params: dict[str, Any]
+    summary: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
+
+
+class ResultsStore:
+    """Runs on disk under ``root/<key>/`` (``run.json`` plus one CSV per table)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else results_dir()
+
+    def path(self, params: Mapping[str, Any]) -> Path:
+        """Folder of the run with these parameters."""
+        return self.root / run_key(params)
+
+    def get(self, params: Mapping[str, Any]) -> StoredRun | None:
+        """The stored run for ``params``, or ``None`` if there is none."""
+        folder = self.path(params)
+        meta_file = folder / "run.json"
+        if not meta_file.is_file():
+            return None
+        meta = json.loads(meta_file.read_text())
+        tables = {name: pd.read_csv(folder / f"{name}.csv") for name in meta["tables"]}
+        return StoredRun(folder.name, meta["params"], meta["summary"], tables)
+
+    def put(
+        self, params: Mapping[str, Any], summary: Mapping[str, Any], tables: Mapping[str, pd.DataFrame]
+    ) -> StoredRun:
+        """Write a run atomically; an existing run with the same key is replaced."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path(params)
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=self.root))
+        try:
+            for name, table in tables.items():
+                table.to_csv(staging / f"{name}.csv", index=False)
+            meta = {"params": dict(params), "summary": dict(summary), "tables": sorted(tables)}
+            (staging / "run.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+            if final.exists():
+                # Move the old run aside first so the swap itself is a single rename.
+                old = Path(tempfile.mkdtemp(prefix=f".{final.name}-old-", dir=self.root))
+                os.replace(final, old / "run")
+                os.replace(staging, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return StoredRun(final.name, dict(params), dict(summary), dict(tables))
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write a text file so that readers see the old or the new content, never a mix."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,205 @@
+"""What runs on each device worker: its data, its model, its counters.
+
+``DeviceRuntime`` is a Dask ``WorkerPlugin``: per-worker state is created in
+``setup`` and released in ``teardown``. The task functions below run on a
+worker, find the plugin, and keep the model built once per worker (building and
+tracing a model costs far more than a training step). Only numpy arrays cross
+the wire: weights in, weight deltas out; the bytes are counted exactly here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+from distributed import WorkerPlugin, get_worker
+
+from edgelab.models import ModelSpec, build_model, prepare_images
+from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
+
+PLUGIN_NAME = "edgelab-device"
+
+Weights = list[np.ndarray]
+
+
+def nbytes(arrays: Weights) -> int:
+    """Payload size of a list of arrays, as it crosses the wire."""
+    return int(sum(a.nbytes for a in arrays))
+
+
+@dataclass
+class _Shard:
+    x: np.ndarray  # (n, 28, 28) or (n, 28, 28, 1) float32, prepared for the model
+    y: np.ndarray  # (n,)
+
+
+@dataclass
+class DeviceRuntime(WorkerPlugin):
+    """Per-worker state of one emulated (or real) device."""
+
+    name: str = PLUGIN_NAME
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    baseline_rss: int = 0
+    shards: dict[str, _Shard] = field(default_factory=dict)
+    models: dict[ModelSpec, Any] = field(default_factory=dict)
+    sampler: ResourceSampler | None = None
+
+    def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
+        # The device's memory budget is what training needs above the
+        # framework's own footprint, so take the baseline after importing it.
+        import tensorflow  # noqa: F401
+
+        self.device = worker.name
+        self.baseline_rss = psutil.Process().memory_info().rss
+
+    def teardown(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.shards.clear()
+        self.models.clear()
+
+    def counters(self) -> tuple[int, int]:
+        """Cumulative payload bytes (sent, received) of this device."""
+        return self.bytes_sent, self.bytes_received
+
+    def model(self, spec: ModelSpec) -> Any:
+        """The device's model for ``spec``, built on first use and then kept."""
+        if spec not in self.models:
+            model = build_model(spec)
+            # Trace the train step now, so no round pays for tracing in its CPU time.
+            initial = model.get_weights()
+            shape = (1, *model.input_shape[1:])
+            model.train_on_batch(np.zeros(shape, np.float32), np.zeros((1,), np.int64))
+            model.set_weights(initial)
+            self.models[spec] = model
+        return self.models[spec]
+
+
+def _runtime(worker: Any = None) -> DeviceRuntime:
+    plugin = (worker or get_worker()).plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        raise RuntimeError("edgelab device runtime is not installed on this worker")
+    return plugin  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------- tasks ----
+
+
+def load_shard(run_id: str, model: str, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """Keep a shard of the training data on this device (sent by the master)."""
+    rt = _runtime()
+    rt.bytes_received += int(x.nbytes + y.nbytes)
+    rt.shards[run_id] = _Shard(x=prepare_images(model, x), y=np.asarray(y, dtype=np.int64))  # type: ignore[arg-type]
+    return {"device": rt.device, "samples": int(len(y)), "bytes": int(x.nbytes + y.nbytes)}
+
+
+def release(run_id: str, dask_worker: Any = None) -> None:
+    """Forget a run's shard (run with ``client.run``)."""
+    _runtime(dask_worker).shards.pop(run_id, None)
+
+
+def initial_weights(spec: ModelSpec) -> Weights:
+    """The seeded initial weights every device and the parameter server start from."""
+    rt = _runtime()
+    weights: Weights = rt.model(spec).get_weights()
+    rt.bytes_sent += nbytes(weights)
+    return weights
+
+
+@dataclass(frozen=True)
+class RoundTask:
+    """One device's part of one synchronization round."""
+
+    run_id: str
+    spec: ModelSpec
+    device_index: int
+    round: int
+    epoch: int
+    first_step: int  # index of the first batch of this round within the epoch
+    steps: int  # batches to train before synchronizing
+    batch_size: int
+    seed: int
+
+
+def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, Any]]:
+    """Train ``task.steps`` batches from ``weights`` and return the weight delta.
+
+    Returns
+    -------
+    delta, record
+        ``delta`` = local weights after training minus ``weights``; ``record``
+        holds what was measured: CPU seconds of this worker process during the
+        compute (all threads), host wall seconds, bytes in and out, samples,
+        loss and the memory working set above the framework baseline.
+    """
+    rt = _runtime()
+    shard = rt.shards[task.run_id]
+    received = nbytes(weights)
+    rt.bytes_received += received
+    model = rt.model(task.spec)
+
+    # Each device walks its data in its own seeded order, fresh every epoch.
+    order = np.random.default_rng((task.seed, task.device_index, task.epoch)).permutation(len(shard.y))
+    start = task.first_step * task.batch_size
+    stop = min(len(order), start + task.steps * task.batch_size)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    model.set_weights(weights)
+    losses = []
+    for lo in range(start, stop, task.batch_size):
+        idx = np.sort(order[lo : min(stop, lo + task.batch_size)])
+        logs = model.train_on_batch(shard.x[idx], shard.y[idx], return_dict=True)
+        losses.append(float(logs["loss"]))
+    delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+
+    sent = nbytes(delta)
+    rt.bytes_sent += sent
+    rss = psutil.Process().memory_info().rss
+    record = {
+        **{k: v for k, v in asdict(task).items() if k not in ("spec", "run_id")},
+        "device": rt.device,
+        "pid": os.getpid(),
+        "samples": int(stop - start),
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "bytes_received": received,
+        "bytes_sent": sent,
+        "loss": float(np.mean(losses)) if losses else float("nan"),
+        "rss_bytes": rss,
+        "working_set_bytes": rss - rt.baseline_rss,
+    }
+    return delta, record
+
+
+def evaluate(spec: ModelSpec, weights: Weights, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Accuracy and loss of ``weights`` on held-out data, computed on this device."""
+    model = _runtime().model(spec)
+    model.set_weights(weights)
+    result = model.evaluate(prepare_images(spec.name, x), y, batch_size=1000, verbose=0, return_dict=True)
+    return {"accuracy": float(result["accuracy"]), "loss": float(result["loss"])}
+
+
+def start_monitor(interval_s: float = DEFAULT_INTERVAL_S, dask_worker: Any = None) -> str:
+    """Start (or restart) this device's resource sampler (run with ``client.run``)."""
+    rt = _runtime(dask_worker)
+    if rt.sampler is not None:
+        rt.sampler.stop()
+    rt.sampler = ResourceSampler(counters=rt.counters, interval_s=interval_s)
+    rt.sampler.start()
+    return rt.device
+
+
+def stop_monitor(dask_worker: Any = None) -> list[dict[str, float]]:
+    """Stop this device's sampler and return its samples (run with ``client.run``)."""
+    rt = _runtime(dask_worker)
+    if rt.sampler is None:
+        return []
+    samples = rt.sampler.stop()
+    rt.sampler = None
+    return samples

@@ -1,0 +1,251 @@
+"""Data-parallel training over Dask: one task per device per synchronization round.
+
+The parameter server is this (client) process. Each round it sends the global
+weights to every device, each device trains on its own data from those weights
+(``edgelab.runtime.train_round``) and returns its weight delta, and the
+strategy (``edgelab.sync``) turns the deltas into the next global weights.
+Model state lives on the workers and is built once per worker; only numpy
+arrays cross the wire.
+
+``worker_data`` decides what each device iterates in an epoch:
+
+* ``"shard"``: its own 1/N of the training set (the usual data parallelism),
+* ``"full"``: the whole training set, in its own seeded order — what happens
+  when every worker is handed the full dataset, as with MXNet's example
+  scripts run unchanged on each board. Per-batch synchronization then costs N
+  times the rounds' traffic through the one parameter server.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab import runtime
+from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.data import Dataset, partition
+from edgelab.devices import DeviceProfile
+from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.models import MODELS, ModelSpec, activation_floats_per_sample, parameter_count
+from edgelab.sync import STRATEGIES, DeviceUpdate, build_strategy
+
+WORKER_DATA = ("shard", "full")
+PARTITIONS = ("iid", "label")
+SYNC_EVERY = ("batch", "epoch")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run.
+
+    Parameters
+    ----------
+    model
+        ``"mlp"`` or ``"cnn"`` (``edgelab.models``).
+    n_devices
+        Devices that train (the parameter server is not one of them).
+    epochs, batch_size
+        Epochs over each device's data; batch size per device.
+    sync_every
+        ``"batch"`` or ``"epoch"``.
+    worker_data
+        ``"shard"`` or ``"full"`` (see module docstring).
+    partition
+        ``"iid"`` or ``"label"`` sharding when ``worker_data="shard"``.
+    learning_rate, seed
+        Local SGD step size; seed of weights, shards and batch order.
+    strategy
+        Synchronization strategy (``edgelab.sync``).
+    """
+
+    model: str = "mlp"
+    n_devices: int = 1
+    epochs: int = 1
+    batch_size: int = 64
+    sync_every: str = "batch"
+    worker_data: str = "shard"
+    partition: str = "iid"
+    learning_rate: float = 0.05
+    seed: int = 0
+    strategy: str = "ps_sync"
+
+    def __post_init__(self) -> None:
+        _choice("model", self.model, MODELS)
+        _choice("sync_every", self.sync_every, SYNC_EVERY)
+        _choice("worker_data", self.worker_data, WORKER_DATA)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("strategy", self.strategy, STRATEGIES)
+        for name in ("n_devices", "epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(name, value, "an integer >= 1")
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model every device builds."""
+        return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (results are keyed by it)."""
+        return asdict(self)
+
+
+def _choice(parameter: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(parameter, value, f"one of {', '.join(allowed)}")
+
+
+def samples_per_device(cfg: TrainConfig, n_train: int) -> list[int]:
+    """Training samples each device iterates per epoch."""
+    if cfg.worker_data == "full":
+        return [n_train] * cfg.n_devices
+    base, extra = divmod(n_train, cfg.n_devices)
+    return [base + (1 if i < extra else 0) for i in range(cfg.n_devices)]
+
+
+def estimate_memory_mb(model: str, batch_size: int, samples_on_device: int) -> dict[str, float]:
+    """Analytic memory a device needs above its framework's own footprint, in MB.
+
+    Weights, gradients, the delta sent back and the incoming copy of the global
+    weights (4 copies of the parameters), forward activations kept for the
+    backward pass and their gradients (2 x batch x activations), and the
+    device's training data held as float32 images.
+    """
+    mb = 2**20
+    params = 4 * parameter_count(model) * 4 / mb
+    activations = 2 * batch_size * activation_floats_per_sample(model) * 4 / mb
+    data = samples_on_device * (28 * 28 * 4 + 8) / mb
+    return {"parameters": params, "activations": activations, "data": data, "total": params + activations + data}
+
+
+def check(cfg: TrainConfig, *, n_train: int, profile: DeviceProfile) -> dict[str, float]:
+    """Reject a run that cannot work, before any cluster work starts.
+
+    Returns the memory estimate of the busiest device.
+    """
+    if cfg.n_devices > n_train:
+        raise ConfigError("n_devices", cfg.n_devices, f"at most the {n_train} training samples")
+    smallest = min(samples_per_device(cfg, n_train))
+    if cfg.batch_size > smallest:
+        raise ConfigError(
+            "batch_size",
+            cfg.batch_size,
+            f"at most the smallest shard, {smallest} samples ({n_train} samples over {cfg.n_devices} devices)",
+        )
+    estimate = estimate_memory_mb(cfg.model, cfg.batch_size, max(samples_per_device(cfg, n_train)))
+    if estimate["total"] > profile.usable_memory_mb:
+        raise DeviceMemoryError(
+            f"model={cfg.model!r} at batch_size={cfg.batch_size} with {max(samples_per_device(cfg, n_train))} "
+            f"samples per device needs about {estimate['total']:.0f} MB, more than the "
+            f"{profile.usable_memory_mb} MB a {profile.name} device has for training "
+            f"({profile.memory_mb} MB minus {profile.os_reserve_mb} MB for the OS)"
+        )
+    return estimate
+
+
+@dataclass
+class TrainRun:
+    """Everything one run measured."""
+
+    config: TrainConfig
+    records: pd.DataFrame  # one row per (round, device)
+    evaluations: pd.DataFrame  # one row per epoch: accuracy and loss of the global model
+    monitor: pd.DataFrame  # resource samples per device
+    shards: pd.DataFrame  # device, samples, bytes sent to it before training
+    host: dict[str, float] = field(default_factory=dict)  # host wall times
+
+
+def train(
+    cluster: DeviceCluster,
+    dataset: Dataset,
+    cfg: TrainConfig,
+    *,
+    monitor_interval_s: float = 0.25,
+) -> TrainRun:
+    """Run synchronous data-parallel training of ``cfg`` on the cluster's devices."""
+    check(cfg, n_train=dataset.n_train, profile=cluster.profile)
+    if cfg.n_devices > len(cluster.devices):
+        raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
+    client = cluster.client
+    devices = cluster.devices[: cfg.n_devices]
+    addresses = _addresses(cluster, devices)
+    strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every)
+    spec = cfg.spec
+    run_id = uuid.uuid4().hex[:12]
+    t_start = time.perf_counter()
+
+    # The master splits the data and sends each device its part.
+    if cfg.worker_data == "full":
+        indices = [np.arange(dataset.n_train)] * cfg.n_devices
+    else:
+        indices = partition(dataset.y_train, cfg.n_devices, scheme=cfg.partition, seed=cfg.seed)
+    loads = []
+    for device, idx in zip(devices, indices, strict=True):
+        x_f, y_f = client.scatter([dataset.x_train[idx], dataset.y_train[idx]], workers=[addresses[device]])
+        loads.append(_on(client, device, runtime.load_shard, run_id, cfg.model, x_f, y_f))
+    shards = pd.DataFrame(client.gather(loads))
+    [test_x, test_y] = client.scatter([dataset.x_test, dataset.y_test], workers=[addresses[devices[0]]])
+    weights = client.gather(_on(client, devices[0], runtime.initial_weights, spec))
+
+    client.run(runtime.start_monitor, monitor_interval_s, workers=list(addresses.values()))
+    steps = [math.ceil(n / cfg.batch_size) for n in shards["samples"]]
+    records: list[dict[str, Any]] = []
+    evaluations = []
+    t_train = time.perf_counter()
+    rnd = 0
+    try:
+        for epoch in range(cfg.epochs):
+            plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
+            for first in plan:
+                [w_f] = client.scatter([weights], workers=list(addresses.values()), broadcast=True)
+                futures = []
+                for i, device in enumerate(devices):
+                    n_steps = 1 if cfg.sync_every == "batch" else steps[i]
+                    if first >= steps[i]:
+                        continue
+                    task = runtime.RoundTask(run_id, spec, i, rnd, epoch, first, n_steps, cfg.batch_size, cfg.seed)
+                    futures.append(_on(client, device, runtime.train_round, task, w_f))
+                results = client.gather(futures)
+                updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
+                weights = strategy.aggregate(weights, updates) or weights
+                records.extend(r for _, r in results)
+                rnd += 1
+            t_eval = time.perf_counter()
+            scores = client.gather(_on(client, devices[0], runtime.evaluate, spec, weights, test_x, test_y))
+            evaluations.append({"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval})
+        train_wall = time.perf_counter() - t_train
+    finally:
+        samples = client.run(runtime.stop_monitor, workers=list(addresses.values()))
+        client.run(runtime.release, run_id, workers=list(addresses.values()))
+    by_address = {a: d for d, a in addresses.items()}
+    monitor = pd.DataFrame(
+        [{"device": by_address[a], **row} for a, rows in samples.items() for row in rows],
+        columns=["device", "t", "cpu_s", "rss_bytes", "bytes_sent", "bytes_received"],
+    )
+    return TrainRun(
+        config=cfg,
+        records=pd.DataFrame(records),
+        evaluations=pd.DataFrame(evaluations),
+        monitor=monitor,
+        shards=shards,
+        host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start},
+    )
+
+
+def _addresses(cluster: DeviceCluster, devices: list[str]) -> dict[str, str]:
+    # Addresses are looked up per run, never kept: a restarted worker gets a new one.
+    by_name = {str(w["name"]): a for a, w in cluster.client.scheduler_info(n_workers=-1)["workers"].items()}
+    missing = [d for d in devices if d not in by_name]
+    if missing:
+        raise ConfigError("n_devices", len(devices), f"devices that are connected; missing {missing}")
+    return {d: by_name[d] for d in devices}
+
+
+def _on(client: Any, device: str, fn: Any, *args: Any) -> Any:
+    return client.submit(fn, *args, resources={device_resource(device): 1}, pure=False)
