@@ -31,3 +31,7 @@ class ClusterError(EdgelabError):
 
 class DeviceMemoryError(EdgelabError):
     """A configuration needs more memory than the emulated device has."""
+
+
+class WorkerLostError(ClusterError):
+    """A device worker stopped answering during a run."""

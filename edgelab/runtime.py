@@ -47,6 +47,8 @@ class DeviceRuntime(WorkerPlugin):
     baseline_rss: int = 0
     shards: dict[str, _Shard] = field(default_factory=dict)
     models: dict[ModelSpec, Any] = field(default_factory=dict)
+    # The seeded weights each model started from; the model itself keeps training.
+    initial: dict[ModelSpec, Weights] = field(default_factory=dict)
     sampler: ResourceSampler | None = None
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
@@ -62,6 +64,7 @@ class DeviceRuntime(WorkerPlugin):
             self.sampler.stop()
         self.shards.clear()
         self.models.clear()
+        self.initial.clear()
 
     def counters(self) -> tuple[int, int]:
         """Cumulative payload bytes (sent, received) of this device."""
@@ -77,6 +80,7 @@ class DeviceRuntime(WorkerPlugin):
             model.train_on_batch(np.zeros(shape, np.float32), np.zeros((1,), np.int64))
             model.set_weights(initial)
             self.models[spec] = model
+            self.initial[spec] = initial
         return self.models[spec]
 
 
@@ -106,7 +110,8 @@ def release(run_id: str, dask_worker: Any = None) -> None:
 def initial_weights(spec: ModelSpec) -> Weights:
     """The seeded initial weights every device and the parameter server start from."""
     rt = _runtime()
-    weights: Weights = rt.model(spec).get_weights()
+    rt.model(spec)
+    weights = [w.copy() for w in rt.initial[spec]]
     rt.bytes_sent += nbytes(weights)
     return weights
 

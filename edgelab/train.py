@@ -26,18 +26,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from distributed import wait
 
 from edgelab import runtime
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, partition
 from edgelab.devices import DeviceProfile
-from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.errors import ConfigError, DeviceMemoryError, WorkerLostError
 from edgelab.models import MODELS, ModelSpec, activation_floats_per_sample, parameter_count
 from edgelab.sync import STRATEGIES, DeviceUpdate, build_strategy
 
 WORKER_DATA = ("shard", "full")
 PARTITIONS = ("iid", "label")
 SYNC_EVERY = ("batch", "epoch")
+# Longest a round (or data loading) may take before we call the device lost.
+ROUND_TIMEOUT_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -182,16 +185,20 @@ def train(
 
     # The master splits the data and sends each device its part.
     if cfg.worker_data == "full":
-        indices = [np.arange(dataset.n_train)] * cfg.n_devices
+        # The same seeded order as a single shard, so N=1 is the same run either way.
+        indices = partition(dataset.y_train, 1, scheme="iid", seed=cfg.seed) * cfg.n_devices
     else:
         indices = partition(dataset.y_train, cfg.n_devices, scheme=cfg.partition, seed=cfg.seed)
-    loads = []
+    loads, sent = [], []
     for device, idx in zip(devices, indices, strict=True):
+        # Keep the scattered futures referenced until the loads finish, or Dask forgets the data.
         x_f, y_f = client.scatter([dataset.x_train[idx], dataset.y_train[idx]], workers=[addresses[device]])
+        sent += [x_f, y_f]
         loads.append(_on(client, device, runtime.load_shard, run_id, cfg.model, x_f, y_f))
-    shards = pd.DataFrame(client.gather(loads))
+    shards = pd.DataFrame(_gather(client, loads))
+    del sent
     [test_x, test_y] = client.scatter([dataset.x_test, dataset.y_test], workers=[addresses[devices[0]]])
-    weights = client.gather(_on(client, devices[0], runtime.initial_weights, spec))
+    weights = _gather(client, _on(client, devices[0], runtime.initial_weights, spec))
 
     client.run(runtime.start_monitor, monitor_interval_s, workers=list(addresses.values()))
     steps = [math.ceil(n / cfg.batch_size) for n in shards["samples"]]
@@ -211,13 +218,13 @@ def train(
                         continue
                     task = runtime.RoundTask(run_id, spec, i, rnd, epoch, first, n_steps, cfg.batch_size, cfg.seed)
                     futures.append(_on(client, device, runtime.train_round, task, w_f))
-                results = client.gather(futures)
+                results = _gather(client, futures)
                 updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
                 weights = strategy.aggregate(weights, updates) or weights
                 records.extend(r for _, r in results)
                 rnd += 1
             t_eval = time.perf_counter()
-            scores = client.gather(_on(client, devices[0], runtime.evaluate, spec, weights, test_x, test_y))
+            scores = _gather(client, _on(client, devices[0], runtime.evaluate, spec, weights, test_x, test_y))
             evaluations.append({"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval})
         train_wall = time.perf_counter() - t_train
     finally:
@@ -245,6 +252,17 @@ def _addresses(cluster: DeviceCluster, devices: list[str]) -> dict[str, str]:
     if missing:
         raise ConfigError("n_devices", len(devices), f"devices that are connected; missing {missing}")
     return {d: by_name[d] for d in devices}
+
+
+def _gather(client: Any, futures: Any, timeout_s: float = ROUND_TIMEOUT_S) -> Any:
+    # A task on a paused or lost worker would otherwise wait forever, silently.
+    try:
+        wait(futures, timeout=timeout_s)
+    except TimeoutError as exc:
+        raise WorkerLostError(
+            f"devices did not answer within {timeout_s:.0f} s; see the Dask dashboard for paused or lost workers"
+        ) from exc
+    return client.gather(futures)
 
 
 def _on(client: Any, device: str, fn: Any, *args: Any) -> Any:

@@ -1,0 +1,1 @@
+"""Figures and tables, one function per catalog id, in a shared style."""

@@ -1,0 +1,82 @@
+"""The report contract: where rendered items go and what the manifest says of each.
+
+Every rendered catalog id goes to ``reports/<doc>/<item>.<ext>`` and gets an
+entry in ``reports/manifest.json``: its files, the data it ran on, the clock it
+shows, whether the paper's values are shown beside, and a status:
+``reproduced``, ``differs`` (with one line why) or ``not run``. Later
+notebooks add their ids to the same manifest; entries are merged, and the file
+is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from edgelab.errors import ConfigError
+from edgelab.paths import reports_dir
+from edgelab.results import atomic_write_text
+
+STATUSES = ("reproduced", "differs", "not run")
+
+#: Every id of the park2020 catalog, so the manifest also says what is not run yet.
+PARK2020_IDS = (
+    [f"park2020/fig{i}" for i in ("1", "2", "3a", "3b")]
+    + [f"park2020/fig{n}{p}" for n in (4, 6, 7) for p in "abcd"]
+    + ["park2020/fig5a", "park2020/fig5b"]
+    + [f"park2020/table{i}" for i in range(1, 5)]
+)
+
+
+@dataclass
+class ReportItem:
+    """What the manifest records for one rendered id."""
+
+    id: str
+    files: list[str]
+    data_source: dict[str, Any]
+    clock: str
+    paper_values_shown: bool
+    status: str
+    why: str = ""
+    notebook: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    generated: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ConfigError("status", self.status, f"one of {', '.join(STATUSES)}")
+        if self.status == "differs" and not self.why:
+            raise ConfigError("why", self.why, "one line saying why the result differs")
+
+
+def item_path(item_id: str, ext: str, root: Path | None = None) -> Path:
+    """``reports/<doc>/<item>.<ext>`` for a catalog id such as ``park2020/table1``."""
+    doc, _, item = item_id.partition("/")
+    if not doc or not item or "/" in item:
+        raise ConfigError("item_id", item_id, "'<doc>/<item>', e.g. 'park2020/table1'")
+    return (root or reports_dir()) / doc / f"{item}.{ext}"
+
+
+def update_manifest(items: list[ReportItem], *, root: Path | None = None, known_ids: list[str] | None = None) -> Path:
+    """Merge ``items`` into ``reports/manifest.json``; ids never rendered are listed as not run."""
+    root = root or reports_dir()
+    path = root / "manifest.json"
+    manifest: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"items": {}}
+    entries: dict[str, Any] = manifest.setdefault("items", {})
+    for item_id in known_ids or []:
+        entries.setdefault(
+            item_id,
+            {"id": item_id, "files": [], "status": "not run", "why": "not built yet", "paper_values_shown": False},
+        )
+    for item in items:
+        entry = asdict(item)
+        entry["files"] = [str(Path(f).resolve().relative_to(root.resolve())) for f in item.files]
+        entries[item.id] = entry
+    manifest["items"] = dict(sorted(entries.items()))
+    manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
+    atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
+    return path
