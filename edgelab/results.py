@@ -3,8 +3,10 @@
 A run's key is a hash of its parameters (canonical JSON), so re-running a
 notebook with the same parameters finds and reuses what was computed, and a
 sweep interrupted half-way resumes where it stopped. A run is written to a
-temporary folder and renamed into place in one step, so a reader sees a whole
-run or none, never a partial one.
+temporary folder and renamed into place, so a reader sees a whole run or none,
+never a partial one. Replacing a run takes two renames (old aside, new in); if
+the process dies between them, the old run stays readable from where it was
+moved aside until a later write replaces it.
 """
 
 from __future__ import annotations
@@ -61,13 +63,20 @@ class ResultsStore:
 
     def get(self, params: Mapping[str, Any]) -> StoredRun | None:
         """The stored run for ``params``, or ``None`` if there is none."""
-        folder = self.path(params)
-        meta_file = folder / "run.json"
-        if not meta_file.is_file():
+        folder = self._readable_folder(self.path(params))
+        if folder is None:
             return None
+        meta_file = folder / "run.json"
         meta = json.loads(meta_file.read_text())
         tables = {name: pd.read_csv(folder / f"{name}.csv") for name in meta["tables"]}
-        return StoredRun(folder.name, meta["params"], meta["summary"], tables)
+        return StoredRun(self.path(params).name, meta["params"], meta["summary"], tables)
+
+    def _readable_folder(self, final: Path) -> Path | None:
+        """``final`` if it holds a run, else a run left aside by an interrupted replace."""
+        if (final / "run.json").is_file():
+            return final
+        aside = sorted(self.root.glob(f".{final.name}-old-*/run/run.json"), key=lambda p: p.stat().st_mtime)
+        return aside[-1].parent if aside else None
 
     def put(
         self, params: Mapping[str, Any], summary: Mapping[str, Any], tables: Mapping[str, pd.DataFrame]
@@ -85,13 +94,21 @@ class ResultsStore:
                 # Move the old run aside first so the swap itself is a single rename.
                 old = Path(tempfile.mkdtemp(prefix=f".{final.name}-old-", dir=self.root))
                 os.replace(final, old / "run")
-                os.replace(staging, final)
+                try:
+                    os.replace(staging, final)
+                except BaseException:
+                    # Put the earlier run back; if even that is interrupted, get() finds it aside.
+                    if not final.exists():
+                        os.rename(old / "run", final)
+                    raise
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        for leftover in self.root.glob(f".{final.name}-old-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         return StoredRun(final.name, dict(params), dict(summary), dict(tables))
 
 

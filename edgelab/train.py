@@ -192,12 +192,12 @@ def train(
     loads, sent = [], []
     for device, idx in zip(devices, indices, strict=True):
         # Keep the scattered futures referenced until the loads finish, or Dask forgets the data.
-        x_f, y_f = client.scatter([dataset.x_train[idx], dataset.y_train[idx]], workers=[addresses[device]])
+        x_f, y_f = client.scatter([dataset.x_train[idx], dataset.y_train[idx]], workers=[addresses[device]], hash=False)
         sent += [x_f, y_f]
         loads.append(_on(client, device, runtime.load_shard, run_id, cfg.model, x_f, y_f))
     shards = pd.DataFrame(_gather(client, loads))
     del sent
-    [test_x, test_y] = client.scatter([dataset.x_test, dataset.y_test], workers=[addresses[devices[0]]])
+    [test_x, test_y] = client.scatter([dataset.x_test, dataset.y_test], workers=[addresses[devices[0]]], hash=False)
     weights = _gather(client, _on(client, devices[0], runtime.initial_weights, spec))
 
     client.run(runtime.start_monitor, monitor_interval_s, workers=list(addresses.values()))
@@ -210,7 +210,7 @@ def train(
         for epoch in range(cfg.epochs):
             plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
             for first in plan:
-                [w_f] = client.scatter([weights], workers=list(addresses.values()), broadcast=True)
+                [w_f] = client.scatter([weights], workers=list(addresses.values()), broadcast=True, hash=False)
                 futures = []
                 for i, device in enumerate(devices):
                     n_steps = 1 if cfg.sync_every == "batch" else steps[i]
