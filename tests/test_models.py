@@ -1,0 +1,149 @@
+"""Tests for edgelab.models: parameter counts, shapes, seeding and input preparation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgelab.errors import ConfigError
+from edgelab.models import (
+    MODELS,
+    ModelSpec,
+    activation_floats_per_sample,
+    build_model,
+    parameter_count,
+    prepare_images,
+)
+
+# Hand-counted from the layer shapes in the module docstring (weights + biases).
+MLP_PARAMS = (784 * 128 + 128) + (128 * 64 + 64) + (64 * 10 + 10)
+CNN_PARAMS = (
+    (5 * 5 * 1 * 20 + 20)  # conv1
+    + (5 * 5 * 20 * 50 + 50)  # conv2
+    + (4 * 4 * 50 * 500 + 500)  # fc 800 -> 500
+    + (500 * 10 + 10)  # fc 500 -> 10
+)
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, Any]:
+    """Both Keras models built once for the module (importing TensorFlow is slow)."""
+    return {name: build_model(ModelSpec(name, seed=0)) for name in MODELS}
+
+
+def test_hand_counted_totals_match_the_paper_numbers() -> None:
+    # Assert
+    assert MLP_PARAMS == 109386
+    assert CNN_PARAMS == 431080
+
+
+@pytest.mark.parametrize(("name", "expected"), [("mlp", MLP_PARAMS), ("cnn", CNN_PARAMS)])
+def test_parameter_count_matches_hand_count_and_keras(built: dict[str, Any], name: str, expected: int) -> None:
+    # Execute
+    analytic = parameter_count(name)
+    keras_count = built[name].count_params()
+
+    # Assert
+    assert analytic == expected
+    assert keras_count == expected
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_build_model_outputs_ten_classes(built: dict[str, Any], name: str) -> None:
+    # Execute
+    shape = tuple(built[name].output_shape)
+
+    # Assert
+    assert shape == (None, 10)
+
+
+@pytest.mark.parametrize(("name", "batch"), [("mlp", 1), ("mlp", 3), ("cnn", 2)])
+def test_predictions_are_probability_rows(built: dict[str, Any], name: str, batch: int) -> None:
+    # Prepare
+    rng = np.random.default_rng(0)
+    x = prepare_images(name, rng.integers(0, 256, (batch, 28, 28), dtype=np.uint8))
+
+    # Execute
+    probs = np.asarray(built[name].predict(x, verbose=0))
+
+    # Assert
+    assert probs.shape == (batch, 10)
+    np.testing.assert_allclose(probs.sum(axis=1), np.ones(batch), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_same_seed_gives_identical_initial_weights(built: dict[str, Any], name: str) -> None:
+    # Execute
+    again = build_model(ModelSpec(name, seed=0)).get_weights()
+
+    # Assert
+    first = built[name].get_weights()
+    assert len(again) == len(first)
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_different_seed_gives_different_initial_weights(built: dict[str, Any], name: str) -> None:
+    # Execute
+    other = build_model(ModelSpec(name, seed=1)).get_weights()
+
+    # Assert: the kernels (biases start at zero either way) differ
+    first = built[name].get_weights()
+    kernels_differ = [not np.array_equal(a, b) for a, b in zip(first, other, strict=True) if a.ndim > 1]
+    assert kernels_differ and all(kernels_differ)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"name": "resnet"}, "model"),
+        ({"name": ""}, "model"),
+        ({"name": "mlp", "learning_rate": 0.0}, "learning_rate"),
+        ({"name": "cnn", "learning_rate": -0.1}, "learning_rate"),
+        ({"name": "mlp", "learning_rate": float("nan")}, "learning_rate"),
+    ],
+)
+def test_model_spec_rejects_bad_values(kwargs: dict[str, Any], parameter: str) -> None:
+    # Execute
+    with pytest.raises(ConfigError, match=parameter) as info:
+        ModelSpec(**kwargs)
+
+    # Assert
+    assert info.value.parameter == parameter
+
+
+@pytest.mark.parametrize("fn", [parameter_count, activation_floats_per_sample])
+def test_unknown_model_name_raises_config_error(fn: Any) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="model"):
+        fn("vgg")
+
+
+def test_activation_floats_positive_and_cnn_larger() -> None:
+    # Execute
+    mlp = activation_floats_per_sample("mlp")
+    cnn = activation_floats_per_sample("cnn")
+
+    # Assert
+    assert mlp == 784 + 128 + 64 + 10
+    assert 0 < mlp < cnn
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize(("name", "tail"), [("mlp", (28, 28)), ("cnn", (28, 28, 1))])
+def test_prepare_images_shape_dtype_and_range(n: int, name: str, tail: tuple[int, ...]) -> None:
+    # Prepare: include both extremes so the scaling is pinned
+    images = np.random.default_rng(n).integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    images[0, 0, 0], images[-1, -1, -1] = 0, 255
+
+    # Execute
+    x = np.asarray(prepare_images(name, images))
+
+    # Assert
+    assert x.shape == (n, *tail)
+    assert x.dtype == np.float32
+    assert x.min() == 0.0 and x.max() == 1.0
+    np.testing.assert_allclose(x.reshape(n, 28, 28), images / 255.0, rtol=1e-6)

@@ -1,0 +1,197 @@
+"""Tests for edgelab.sync: weighted averaging and the parameter-server strategy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgelab.errors import ConfigError
+from edgelab.sync import DeviceUpdate, ParameterServerSync, build_strategy
+from edgelab.sync.aggregate import apply_delta, weighted_mean
+
+SHAPES = [(3, 2), (2,), (1, 4, 2)]
+
+
+def _client(rng: np.random.Generator) -> list[np.ndarray]:
+    """One client's layers: random float32 arrays of SHAPES."""
+    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+# ---------------------------------------------------------------- weighted_mean
+
+
+@pytest.mark.parametrize("n_clients", [1, 2, 3, 4, 5])
+def test_weighted_mean_equals_numpy_average(n_clients: int) -> None:
+    # Prepare
+    rng = np.random.default_rng(n_clients)
+    clients = [_client(rng) for _ in range(n_clients)]
+    weights = rng.integers(1, 100, n_clients).tolist()
+
+    # Execute
+    result = weighted_mean(clients, weights)
+
+    # Assert
+    assert len(result) == len(SHAPES)
+    for layer, got in enumerate(result):
+        expected = np.average(np.stack([c[layer] for c in clients]), axis=0, weights=weights)
+        assert got.dtype == np.float32
+        assert got.shape == SHAPES[layer]
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_weighted_mean_hand_computed() -> None:
+    # Prepare
+    a = [np.array([0.0, 10.0]), np.array([[1.0]])]
+    b = [np.array([3.0, 4.0]), np.array([[4.0]])]
+
+    # Execute
+    result = weighted_mean([a, b], [1, 2])
+
+    # Assert: (1*a + 2*b) / 3
+    np.testing.assert_allclose(result[0], [2.0, 6.0])
+    np.testing.assert_allclose(result[1], [[3.0]])
+
+
+@pytest.mark.parametrize("n_clients", [1, 2, 5])
+def test_identical_clients_return_that_client(n_clients: int) -> None:
+    # Prepare
+    one = _client(np.random.default_rng(7))
+    weights = list(range(1, n_clients + 1))
+
+    # Execute
+    result = weighted_mean([one] * n_clients, weights)
+
+    # Assert
+    for got, expected in zip(result, one, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "weights"),
+    [([], []), ([[np.zeros(2)]], [1, 2]), ([[np.zeros(2)], [np.ones(2)]], [0, 0])],
+)
+def test_weighted_mean_rejects_bad_input(arrays: list[list[np.ndarray]], weights: list[float]) -> None:
+    # Execute / Assert
+    with pytest.raises(ValueError):
+        weighted_mean(arrays, weights)
+
+
+def test_apply_delta_scales_and_keeps_dtype() -> None:
+    # Prepare
+    w = [np.array([1.0, 2.0], dtype=np.float32)]
+    d = [np.array([0.5, -1.0], dtype=np.float32)]
+
+    # Execute
+    out = apply_delta(w, d, scale=2.0)
+
+    # Assert
+    np.testing.assert_allclose(out[0], [2.0, 0.0])
+    assert out[0].dtype == np.float32
+
+
+# ---------------------------------------------------------------- ParameterServerSync
+
+
+@pytest.mark.parametrize("n_devices", [1, 2, 4])
+def test_aggregate_equals_weights_plus_mean_delta(n_devices: int) -> None:
+    # Prepare: equal samples, so the weighted mean is the plain mean
+    rng = np.random.default_rng(100 + n_devices)
+    weights = _client(rng)
+    deltas = [_client(rng) for _ in range(n_devices)]
+    updates = [DeviceUpdate(f"pi3b-{i}", d, 32) for i, d in enumerate(deltas)]
+
+    # Execute
+    new = ParameterServerSync().aggregate(weights, updates)
+
+    # Assert
+    assert new is not None
+    for layer, got in enumerate(new):
+        expected = weights[layer] + np.mean([d[layer] for d in deltas], axis=0)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_aggregate_weights_by_samples() -> None:
+    # Prepare
+    weights = [np.array([0.0])]
+    updates = [DeviceUpdate("a", [np.array([1.0])], 1), DeviceUpdate("b", [np.array([4.0])], 3)]
+
+    # Execute
+    new = ParameterServerSync().aggregate(weights, updates)
+
+    # Assert: (1*1 + 3*4) / 4
+    assert new is not None
+    np.testing.assert_allclose(new[0], [3.25])
+
+
+def test_aggregate_ignores_zero_sample_updates() -> None:
+    # Prepare: a huge delta with 0 samples must not move anything
+    weights = [np.array([1.0, 1.0])]
+    updates = [
+        DeviceUpdate("a", [np.array([2.0, 4.0])], 10),
+        DeviceUpdate("b", [np.array([1e6, 1e6])], 0),
+    ]
+
+    # Execute
+    new = ParameterServerSync().aggregate(weights, updates)
+
+    # Assert
+    assert new is not None
+    np.testing.assert_allclose(new[0], [3.0, 5.0])
+
+
+@pytest.mark.parametrize("n_devices", [0, 1, 3])
+def test_aggregate_all_zero_samples_returns_none(n_devices: int) -> None:
+    # Prepare
+    weights = [np.array([1.0])]
+    updates = [DeviceUpdate(str(i), [np.array([5.0])], 0) for i in range(n_devices)]
+
+    # Execute
+    new = ParameterServerSync().aggregate(weights, updates)
+
+    # Assert
+    assert new is None
+
+
+def test_server_learning_rate_scales_mean_delta() -> None:
+    # Prepare
+    weights = [np.array([1.0])]
+    updates = [DeviceUpdate("a", [np.array([2.0])], 1)]
+
+    # Execute
+    new = ParameterServerSync(server_learning_rate=0.5).aggregate(weights, updates)
+
+    # Assert
+    assert new is not None
+    np.testing.assert_allclose(new[0], [2.0])
+
+
+@pytest.mark.parametrize("n_params", [0, 1, 10, 109386])
+def test_bytes_per_round_is_four_bytes_per_param_each_way(n_params: int) -> None:
+    # Execute / Assert
+    assert ParameterServerSync().bytes_per_round(n_params) == (4 * n_params, 4 * n_params)
+    assert ParameterServerSync().bytes_per_round(n_params, dtype_bytes=2) == (2 * n_params, 2 * n_params)
+
+
+@pytest.mark.parametrize("sync_every", ["step", "", "Batch"])
+def test_bad_sync_every_raises(sync_every: str) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="sync_every") as info:
+        ParameterServerSync(sync_every=sync_every)
+    assert info.value.parameter == "sync_every"
+
+
+@pytest.mark.parametrize("sync_every", ["batch", "epoch"])
+def test_build_strategy_ps_sync(sync_every: str) -> None:
+    # Execute
+    strategy = build_strategy("ps_sync", sync_every=sync_every)
+
+    # Assert
+    assert isinstance(strategy, ParameterServerSync)
+    assert strategy.sync_every == sync_every
+
+
+def test_build_strategy_unknown_raises() -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="strategy") as info:
+        build_strategy("allreduce")
+    assert info.value.parameter == "strategy"

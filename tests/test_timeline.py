@@ -1,0 +1,257 @@
+"""Tests for edgelab.timeline: round times, composed run times, utilisation and calibration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from edgelab.devices import get_profile
+from edgelab.errors import ConfigError
+from edgelab.timeline import compose, emulated_cpu_percent, round_time, solve_speed_factor
+
+# 0.008 Mbit/s = 1000 B/s, so byte counts read as milliseconds.
+SLOW = dataclasses.replace(get_profile("pi3b"), link_mbps=0.008, latency_s=0.01)
+NO_LATENCY = dataclasses.replace(get_profile("pi3b"), latency_s=0.0)
+
+
+def _rt(compute: list[float], pull: list[float], push: list[float], ps_link: str, *, rate: float, latency: float) -> float:
+    t, _ = round_time(
+        np.array(compute, dtype=float),
+        np.array(pull, dtype=float),
+        np.array(push, dtype=float),
+        link_bytes_per_s=rate,
+        latency_s=latency,
+        ps_link=ps_link,
+    )
+    return t
+
+
+def _records() -> pd.DataFrame:
+    """2 rounds x 2 devices, rows shuffled so compose has to sort them."""
+    rows = [
+        # round, epoch, device_index, device, cpu_s, bytes_received, bytes_sent
+        (1, 0, 1, "pi3b-1", 0.05, 100, 50),
+        (0, 0, 0, "pi3b-0", 0.1, 100, 50),
+        (1, 0, 0, "pi3b-0", 0.3, 100, 50),
+        (0, 0, 1, "pi3b-1", 0.2, 100, 50),
+    ]
+    cols = ["round", "epoch", "device_index", "device", "cpu_s", "bytes_received", "bytes_sent"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------- round_time
+
+
+@pytest.mark.parametrize("ps_link", ["shared", "per_device"])
+def test_one_device_is_pull_compute_push(ps_link: str) -> None:
+    # Prepare: pull = 0.5 + 100/100 = 1.5 s, push = 0.5 + 50/100 = 1.0 s
+    compute, pull, push = [2.0], [100.0], [50.0]
+
+    # Execute
+    t, ready = round_time(
+        np.array(compute), np.array(pull), np.array(push), link_bytes_per_s=100.0, latency_s=0.5, ps_link=ps_link
+    )
+
+    # Assert
+    assert t == pytest.approx(1.5 + 2.0 + 1.0)
+    np.testing.assert_allclose(ready, [3.5])
+
+
+def test_two_devices_shared_link_docstring_case() -> None:
+    # Execute / Assert: pulls end at 1 and 2, ready at 2 and 3, pushes 2-3 and 3-4
+    assert _rt([1.0, 1.0], [1, 1], [1, 1], "shared", rate=1.0, latency=0.0) == pytest.approx(4.0)
+    # Each device only waits for its own link: 1 + 1 + 1
+    assert _rt([1.0, 1.0], [1, 1], [1, 1], "per_device", rate=1.0, latency=0.0) == pytest.approx(3.0)
+
+
+def test_shared_link_with_latency_and_uneven_compute() -> None:
+    # Prepare: pull = 0.25 + 2/2 = 1.25 s, push = 0.25 + 1/2 = 0.75 s per device
+    compute, pull, push = np.array([3.0, 0.5]), np.array([2.0, 2.0]), np.array([1.0, 1.0])
+
+    # Execute
+    t, ready = round_time(compute, pull, push, link_bytes_per_s=2.0, latency_s=0.25, ps_link="shared")
+
+    # Assert: pulls end at 1.25 and 2.5 -> ready at 4.25 and 3.0; device 1 pushes
+    # first (3.0 -> 3.75), device 0 at 4.25 -> 5.0
+    np.testing.assert_allclose(ready, [4.25, 3.0])
+    assert t == pytest.approx(5.0)
+
+
+def test_shared_link_pushes_queue_behind_each_other() -> None:
+    # Prepare: same pulls/pushes as above, compute 0.5 s each
+    # ready = [1.75, 3.0]; link free at 2.5 -> device 0 pushes 2.5-3.25, device 1 3.25-4.0
+    # Execute / Assert
+    assert _rt([0.5, 0.5], [2, 2], [1, 1], "shared", rate=2.0, latency=0.25) == pytest.approx(4.0)
+    # per device: 1.25 + 0.5 + 0.75
+    assert _rt([0.5, 0.5], [2, 2], [1, 1], "per_device", rate=2.0, latency=0.25) == pytest.approx(2.5)
+
+
+def test_per_device_is_max_of_own_pull_compute_push() -> None:
+    # Prepare: rate 10 B/s, latency 0.1
+    compute, pull, push = [1.0, 0.2, 0.5], [10.0, 30.0, 0.0], [20.0, 0.0, 40.0]
+    own = [0.1 + p / 10 + c + 0.1 + q / 10 for c, p, q in zip(compute, pull, push, strict=True)]
+
+    # Execute
+    t = _rt(compute, pull, push, "per_device", rate=10.0, latency=0.1)
+
+    # Assert
+    assert own == pytest.approx([4.2, 3.4, 4.7])
+    assert t == pytest.approx(4.7)
+
+
+@pytest.mark.parametrize("n_devices", [1, 2, 3, 4])
+def test_shared_transfer_time_grows_with_device_count(n_devices: int) -> None:
+    # Prepare: no compute, 1 s to pull and 2 s to push per device
+    zeros = [0.0] * n_devices
+
+    # Execute
+    shared = _rt(zeros, [1.0] * n_devices, [2.0] * n_devices, "shared", rate=1.0, latency=0.0)
+    per_device = _rt(zeros, [1.0] * n_devices, [2.0] * n_devices, "per_device", rate=1.0, latency=0.0)
+
+    # Assert
+    assert shared == pytest.approx(3.0 * n_devices)
+    assert per_device == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_shared_never_faster_than_per_device(seed: int) -> None:
+    # Prepare
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    compute = rng.uniform(0, 3, n).tolist()
+    pull = rng.integers(0, 1000, n).tolist()
+    push = rng.integers(0, 1000, n).tolist()
+    latency = float(rng.uniform(0, 0.1))
+
+    # Execute
+    shared = _rt(compute, pull, push, "shared", rate=500.0, latency=latency)
+    per_device = _rt(compute, pull, push, "per_device", rate=500.0, latency=latency)
+
+    # Assert
+    assert shared >= per_device - 1e-12
+    assert per_device >= max(compute)
+
+
+def test_bad_ps_link_raises() -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="ps_link"):
+        _rt([1.0], [1], [1], "ring", rate=1.0, latency=0.0)
+    with pytest.raises(ConfigError, match="ps_link"):
+        compose(_records(), SLOW, speed_factor=1.0, ps_link="ring")
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0])
+def test_compose_rejects_non_positive_speed_factor(factor: float) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="speed_factor"):
+        compose(_records(), SLOW, speed_factor=factor)
+
+
+# ---------------------------------------------------------------- compose
+
+
+def test_compose_hand_computed_shared() -> None:
+    # Prepare: 1000 B/s, 10 ms latency -> pull 0.11 s, push 0.06 s per device.
+    # Round 0: compute [1, 2]; ready [1.11, 2.22]; pushes end 1.17, then 2.28.
+    # Round 1: compute [3, 0.5]; ready [3.11, 0.72]; device 1 pushes 0.72-0.78,
+    #          device 0 3.11-3.17.
+    records = _records()
+
+    # Execute
+    out = compose(records, SLOW, speed_factor=10.0, ps_link="shared")
+
+    # Assert
+    assert out["round"].tolist() == [0, 1]
+    assert out["epoch"].tolist() == [0, 0]
+    np.testing.assert_allclose(out["round_s"], [2.28, 3.17])
+    np.testing.assert_allclose(out["compute_max_s"], [2.0, 3.0])
+    np.testing.assert_allclose(out["compute_mean_s"], [1.5, 1.75])
+    np.testing.assert_allclose(out["comm_s"], [0.28, 0.17], atol=1e-12)
+    np.testing.assert_allclose(out["elapsed_s"], [2.28, 5.45])
+
+
+def test_compose_hand_computed_per_device() -> None:
+    # Prepare: round 0: max(0.11 + [1, 2] + 0.06) = 2.17; round 1: 0.11 + 3 + 0.06 = 3.17
+    records = _records()
+
+    # Execute
+    out = compose(records, SLOW, speed_factor=10.0, ps_link="per_device")
+
+    # Assert
+    np.testing.assert_allclose(out["round_s"], [2.17, 3.17])
+    np.testing.assert_allclose(out["elapsed_s"], [2.17, 5.34])
+
+
+@pytest.mark.parametrize("ps_link", ["shared", "per_device"])
+@pytest.mark.parametrize("factor", [0.5, 1.0, 3.0])
+def test_compose_is_linear_in_compute_without_bytes(ps_link: str, factor: float) -> None:
+    # Prepare: no bytes and no latency, so rounds are pure compute
+    records = _records().assign(bytes_received=0, bytes_sent=0)
+
+    # Execute
+    out = compose(records, NO_LATENCY, speed_factor=factor, ps_link=ps_link)
+
+    # Assert: round = factor x slowest device's CPU seconds (0.2, then 0.3)
+    np.testing.assert_allclose(out["round_s"], [0.2 * factor, 0.3 * factor])
+    np.testing.assert_allclose(out["elapsed_s"], [0.2 * factor, 0.5 * factor])
+    np.testing.assert_allclose(out["comm_s"], [0.0, 0.0], atol=1e-12)
+
+
+# ---------------------------------------------------------------- utilisation
+
+
+def test_device_busy_whole_time_on_four_cores_is_25_percent() -> None:
+    # Prepare: pi3b-0 computes 0.4 CPU s x 10 = 4 s, pi3b-1 0.25 x 10 = 2.5 s
+    records = _records()
+
+    # Execute
+    pct = emulated_cpu_percent(records, 4.0, speed_factor=10.0, cores=4)
+
+    # Assert
+    assert pct.name == "cpu_pct"
+    assert pct["pi3b-0"] == pytest.approx(25.0)
+    assert pct["pi3b-1"] == pytest.approx(100.0 * 2.5 / 16.0)
+
+
+# ---------------------------------------------------------------- solve_speed_factor
+
+
+@pytest.mark.parametrize("ps_link", ["shared", "per_device"])
+@pytest.mark.parametrize("true_factor", [0.7, 7.0, 70.0])
+def test_solve_speed_factor_recovers_known_factor(ps_link: str, true_factor: float) -> None:
+    # Prepare
+    records = _records()
+
+    def elapsed_for(f: float) -> float:
+        return float(compose(records, SLOW, speed_factor=f, ps_link=ps_link)["elapsed_s"].iloc[-1])
+
+    target = elapsed_for(true_factor)
+
+    # Execute
+    found = solve_speed_factor(elapsed_for, target)
+
+    # Assert
+    assert found == pytest.approx(true_factor, rel=1e-6)
+
+
+def test_solve_speed_factor_none_when_comm_alone_exceeds_target() -> None:
+    # Prepare: communication alone is 2 x (0.11 + 0.11 + 0.06 + 0.06) = 0.56 s (shared)
+    records = _records()
+
+    def elapsed_for(f: float) -> float:
+        return float(compose(records, SLOW, speed_factor=f)["elapsed_s"].iloc[-1])
+
+    # Execute
+    found = solve_speed_factor(elapsed_for, 0.5)
+
+    # Assert
+    assert elapsed_for(1e-3) > 0.5
+    assert found is None
+
+
+def test_solve_speed_factor_none_beyond_high() -> None:
+    # Execute / Assert
+    assert solve_speed_factor(lambda f: f, 10.0, high=5.0) is None
