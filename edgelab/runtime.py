@@ -33,8 +33,24 @@ def nbytes(arrays: Weights) -> int:
 
 @dataclass
 class _Shard:
-    x: np.ndarray  # (n, 28, 28) or (n, 28, 28, 1) float32, prepared for the model
-    y: np.ndarray  # (n,)
+    # TensorFlow tensors, made once per run: batches are gathered from them
+    # inside TensorFlow, so no round copies the shard.
+    x: Any  # (n, 28, 28) or (n, 28, 28, 1) float32, prepared for the model
+    y: Any  # (n,) int64
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def batches(self, order: np.ndarray, batch_size: int) -> Any:
+        """A ``tf.data`` pipeline of the shard's samples in ``order``, ``batch_size`` at a time."""
+        import tensorflow as tf
+
+        def gather(idx: Any) -> tuple[Any, Any]:
+            idx = tf.sort(idx)  # the same batches as train_on_batch below, member for member
+            return tf.gather(self.x, idx), tf.gather(self.y, idx)
+
+        batches = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(gather)
+        return batches.prefetch(1)
 
 
 @dataclass
@@ -98,7 +114,12 @@ def load_shard(run_id: str, model: str, x: np.ndarray, y: np.ndarray) -> dict[st
     """Keep a shard of the training data on this device (sent by the master)."""
     rt = _runtime()
     rt.bytes_received += int(x.nbytes + y.nbytes)
-    rt.shards[run_id] = _Shard(x=prepare_images(model, x), y=np.asarray(y, dtype=np.int64))  # type: ignore[arg-type]
+    import tensorflow as tf
+
+    rt.shards[run_id] = _Shard(
+        x=tf.convert_to_tensor(prepare_images(model, x)),  # type: ignore[arg-type]
+        y=tf.convert_to_tensor(np.asarray(y, dtype=np.int64)),
+    )
     return {"device": rt.device, "samples": int(len(y)), "bytes": int(x.nbytes + y.nbytes)}
 
 
@@ -149,17 +170,23 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
     model = rt.model(task.spec)
 
     # Each device walks its data in its own seeded order, fresh every epoch.
-    order = np.random.default_rng((task.seed, task.device_index, task.epoch)).permutation(len(shard.y))
+    order = np.random.default_rng((task.seed, task.device_index, task.epoch)).permutation(len(shard))
     start = task.first_step * task.batch_size
     stop = min(len(order), start + task.steps * task.batch_size)
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     model.set_weights(weights)
-    losses = []
-    for lo in range(start, stop, task.batch_size):
-        idx = np.sort(order[lo : min(stop, lo + task.batch_size)])
-        logs = model.train_on_batch(shard.x[idx], shard.y[idx], return_dict=True)
-        losses.append(float(logs["loss"]))
+    if task.steps == 1:
+        import tensorflow as tf
+
+        idx = tf.sort(order[start:stop])
+        logs = model.train_on_batch(tf.gather(shard.x, idx), tf.gather(shard.y, idx), return_dict=True)
+        loss = float(logs["loss"])
+    else:
+        # Many batches per round: Keras' own loop runs its compiled step without a
+        # trip through Python per batch (train_on_batch per batch is ~15-25% slower).
+        history = model.fit(shard.batches(order[start:stop], task.batch_size), epochs=1, verbose=0)
+        loss = float(history.history["loss"][-1])
     delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
 
@@ -175,7 +202,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         "wall_s": wall_s,
         "bytes_received": received,
         "bytes_sent": sent,
-        "loss": float(np.mean(losses)) if losses else float("nan"),
+        "loss": loss,
         "rss_bytes": rss,
         "working_set_bytes": rss - rt.baseline_rss,
     }
