@@ -147,7 +147,8 @@ def check(cfg: TrainConfig, *, n_train: int, profile: DeviceProfile) -> dict[str
             f"model={cfg.model!r} at batch_size={cfg.batch_size} with {max(samples_per_device(cfg, n_train))} "
             f"samples per device needs about {estimate['total']:.0f} MB, more than the "
             f"{profile.usable_memory_mb} MB a {profile.name} device has for training "
-            f"({profile.memory_mb} MB minus {profile.os_reserve_mb} MB for the OS)"
+            f"({profile.memory_mb} MB minus {profile.os_reserve_mb} MB for the OS); allowed: a smaller "
+            f"batch_size or sample_limit, worker_data='shard' over more devices, or a larger device_memory_mb"
         )
     return estimate
 
