@@ -37,6 +37,9 @@ class ModelSpec:
         ``"mlp"`` or ``"cnn"``.
     learning_rate
         Step size of the local SGD optimizer on each device.
+    weight_decay
+        L2 decay the local SGD step applies to weights (not biases),
+        ``w -= lr * wd * w`` (MXNet's ``wd``).
     seed
         Seed of the initial weights; every device and the parameter server share it.
     """
@@ -44,12 +47,15 @@ class ModelSpec:
     name: str
     learning_rate: float = 0.05
     seed: int = 0
+    weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in MODELS:
             raise ConfigError("model", self.name, f"one of {', '.join(MODELS)}")
         if not self.learning_rate > 0:
             raise ConfigError("learning_rate", self.learning_rate, "a number > 0")
+        if not self.weight_decay >= 0:
+            raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
 
 
 # Layer shapes, kept as data so parameter counts and activation sizes are known
@@ -117,8 +123,12 @@ def build_model(spec: ModelSpec) -> keras.Model:
             keras.layers.Dense(10, activation="softmax"),
         ]
     model = keras.Sequential(layers, name=f"lenet_{spec.name}")
+    # For plain SGD Keras' decoupled decay equals MXNet's coupled wd, which
+    # MXNet applies to weights only, never to biases.
+    optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, weight_decay=spec.weight_decay or None)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
     model.compile(
-        optimizer=keras.optimizers.SGD(learning_rate=spec.learning_rate),
+        optimizer=optimizer,
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )

@@ -61,8 +61,10 @@ class TrainConfig:
         ``"shard"`` or ``"full"`` (see module docstring).
     partition
         ``"iid"`` or ``"label"`` sharding when ``worker_data="shard"``.
-    learning_rate, seed
-        Local SGD step size; seed of weights, shards and batch order.
+    learning_rate, weight_decay, seed
+        Local SGD step size and L2 decay; seed of weights, shards and batch order.
+    momentum
+        Momentum the parameter server keeps across rounds (0 = none).
     strategy
         Synchronization strategy (``edgelab.sync``).
     """
@@ -77,6 +79,8 @@ class TrainConfig:
     learning_rate: float = 0.05
     seed: int = 0
     strategy: str = "ps_sync"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
         _choice("model", self.model, MODELS)
@@ -88,11 +92,14 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(name, value, "an integer >= 1")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
+        self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
 
     @property
     def spec(self) -> ModelSpec:
         """The model every device builds."""
-        return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed)
+        return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed, weight_decay=self.weight_decay)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (results are keyed by it)."""
@@ -179,7 +186,7 @@ def train(
     client = cluster.client
     devices = cluster.devices[: cfg.n_devices]
     addresses = _addresses(cluster, devices)
-    strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every)
+    strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
     spec = cfg.spec
     run_id = uuid.uuid4().hex[:12]
     t_start = time.perf_counter()

@@ -147,3 +147,25 @@ def test_prepare_images_shape_dtype_and_range(n: int, name: str, tail: tuple[int
     assert x.dtype == np.float32
     assert x.min() == 0.0 and x.max() == 1.0
     np.testing.assert_allclose(x.reshape(n, 28, 28), images / 255.0, rtol=1e-6)
+
+
+def test_weight_decay_shrinks_weights_not_biases_by_lr_times_decay() -> None:
+    # Prepare: the same seeded MLP with and without decay, one identical batch
+    rng = np.random.default_rng(3)
+    x = prepare_images("mlp", rng.integers(0, 256, size=(16, 28, 28), dtype=np.uint8))
+    y = rng.integers(0, 10, size=16)
+    plain = build_model(ModelSpec("mlp", learning_rate=0.05, seed=0))
+    decayed = build_model(ModelSpec("mlp", learning_rate=0.05, seed=0, weight_decay=0.1))
+    # Biases start at zero, where decay would not show: give them a value first
+    start = [w if w.ndim > 1 else np.full_like(w, 0.5) for w in plain.get_weights()]
+    plain.set_weights(start)
+    decayed.set_weights(start)
+
+    # Execute
+    plain.train_on_batch(x, y)
+    decayed.train_on_batch(x, y)
+
+    # Assert: the same gradient step; decay took lr * wd * w0 more off each kernel, nothing off biases
+    for w0, a, b in zip(start, plain.get_weights(), decayed.get_weights(), strict=True):
+        expected = -0.05 * 0.1 * w0 if w0.ndim > 1 else np.zeros_like(w0)
+        np.testing.assert_allclose(b - a, expected, atol=1e-6)

@@ -165,6 +165,51 @@ def test_server_learning_rate_scales_mean_delta() -> None:
     np.testing.assert_allclose(new[0], [2.0])
 
 
+def test_server_momentum_accumulates_mean_deltas_over_rounds() -> None:
+    # Prepare: two devices, three rounds of hand-chosen deltas
+    ps = ParameterServerSync(momentum=0.5)
+    weights = [np.array([0.0, 10.0])]
+    rounds = [
+        ([np.array([2.0, 0.0])], [np.array([0.0, 0.0])]),  # mean (1, 0)
+        ([np.array([0.0, 2.0])], [np.array([0.0, 2.0])]),  # mean (0, 2)
+        ([np.array([-4.0, 0.0])], [np.array([0.0, 0.0])]),  # mean (-2, 0)
+    ]
+
+    # Execute
+    seen = []
+    for a, b in rounds:
+        weights = ps.aggregate(weights, [DeviceUpdate("a", a, 1), DeviceUpdate("b", b, 1)])
+        seen.append(weights[0].tolist())
+
+    # Assert: v1 = (1, 0); v2 = 0.5 v1 + (0, 2) = (0.5, 2); v3 = 0.5 v2 + (-2, 0) = (-1.75, 1)
+    assert seen == [[1.0, 10.0], [1.5, 12.0], [-0.25, 13.0]]
+
+
+def test_zero_momentum_is_plain_averaging_every_round() -> None:
+    # Prepare
+    rng = np.random.default_rng(7)
+    weights = _client(rng)
+    deltas = [_client(rng) for _ in range(3)]
+
+    # Execute: the same delta three rounds running
+    plain, stateless = ParameterServerSync(momentum=0.0), weights
+    for d in deltas:
+        stateless = apply_delta(stateless, d)
+        weights = plain.aggregate(weights, [DeviceUpdate("a", d, 1)])
+
+    # Assert
+    for got, expected in zip(weights, stateless, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("momentum", [-0.1, 1.0, 1.5])
+def test_momentum_outside_unit_interval_raises(momentum: float) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="momentum") as info:
+        ParameterServerSync(momentum=momentum)
+    assert info.value.allowed == "a number in [0, 1)"
+
+
 @pytest.mark.parametrize("n_params", [0, 1, 10, 109386])
 def test_bytes_per_round_is_four_bytes_per_param_each_way(n_params: int) -> None:
     # Execute / Assert

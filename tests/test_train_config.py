@@ -32,6 +32,10 @@ PI3B = get_profile("pi3b")
         ({"epochs": 0}, "epochs"),
         ({"batch_size": 0}, "batch_size"),
         ({"batch_size": -32}, "batch_size"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"momentum": -0.5}, "momentum"),
+        ({"weight_decay": -1e-4}, "weight_decay"),
+        ({"learning_rate": 0.0}, "learning_rate"),
     ],
 )
 def test_train_config_rejects_bad_values(kwargs: dict[str, Any], parameter: str) -> None:

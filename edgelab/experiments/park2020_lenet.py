@@ -63,7 +63,11 @@ class LenetParams:
     seed: int = 0
     sync_every: str = "batch"
     ps_link: str = "shared"
+    # The optimizer of MXNet's image-classification example the paper ran
+    # (train_mnist.py: lr 0.05; common/fit.py: SGD, momentum 0.9, wd 0.0001).
     learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0001
     monitor_interval_s: float = 0.25
 
     def __post_init__(self) -> None:
@@ -89,6 +93,8 @@ class LenetParams:
                 sync_every=self.sync_every,
                 worker_data=w,
                 learning_rate=self.learning_rate,
+                momentum=self.momentum,
+                weight_decay=self.weight_decay,
                 seed=self.seed,
             )
             for m, n, w in itertools.product(self.models, sorted(self.device_counts), self.worker_data)

@@ -3,7 +3,10 @@
 Every device pulls the global weights, trains on its own batch (or epoch),
 pushes its update, and the server waits for all devices before it averages.
 With plain SGD and one step per round, averaging the devices' weight deltas
-weighted by their samples is exactly SGD on the union of their batches.
+weighted by their samples is exactly SGD on the union of their batches. The
+server may keep momentum, as MXNet's servers do when they run the optimizer
+(``update_on_kvstore``): ``v = momentum * v + mean_delta; w += v``. With one
+step per round that is SGD with momentum on the averaged gradient.
 
 Paper: Park et al. 2020, section 3 (weights sent to the master after each batch).
 """
@@ -27,13 +30,19 @@ class ParameterServerSync(Strategy):
         device trains its whole epoch locally, then the server averages.
     server_learning_rate
         Scale of the averaged delta the server applies (1.0 = plain averaging).
+    momentum
+        Server momentum in [0, 1); 0 applies each round's averaged delta alone.
     """
 
-    def __init__(self, *, sync_every: str = "batch", server_learning_rate: float = 1.0) -> None:
+    def __init__(self, *, sync_every: str = "batch", server_learning_rate: float = 1.0, momentum: float = 0.0) -> None:
         if sync_every not in SYNC_EVERY:
             raise ConfigError("sync_every", sync_every, f"one of {', '.join(SYNC_EVERY)}")
+        if not 0.0 <= momentum < 1.0:
+            raise ConfigError("momentum", momentum, "a number in [0, 1)")
         self.sync_every = sync_every
         self.server_learning_rate = server_learning_rate
+        self.momentum = momentum
+        self._velocity: NDArrays | None = None
 
     def aggregate(self, weights: NDArrays, updates: list[DeviceUpdate]) -> NDArrays | None:
         """Average the deltas (weighted by samples) and apply them to ``weights``."""
@@ -42,6 +51,12 @@ class ParameterServerSync(Strategy):
         if not usable:
             return None
         mean = weighted_mean([u.delta for u in usable], [u.samples for u in usable])
+        if self.momentum:
+            if self._velocity is None:
+                self._velocity = mean
+            else:
+                self._velocity = apply_delta(mean, self._velocity, scale=self.momentum)
+            mean = self._velocity
         return apply_delta(weights, mean, scale=self.server_learning_rate)
 
     def bytes_per_round(self, n_params: int, *, dtype_bytes: int = 4) -> tuple[int, int]:
