@@ -31,6 +31,10 @@ def nbytes(arrays: Weights) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
+class ShardMissingError(RuntimeError):
+    """A device holds no data for the run: its worker restarted since the data was sent."""
+
+
 @dataclass
 class _Shard:
     # TensorFlow tensors, made once per run: batches are gathered from them
@@ -123,6 +127,11 @@ def load_shard(run_id: str, model: str, x: np.ndarray, y: np.ndarray) -> dict[st
     return {"device": rt.device, "samples": int(len(y)), "bytes": int(x.nbytes + y.nbytes)}
 
 
+def holds_shard(run_id: str, dask_worker: Any = None) -> bool:
+    """Whether this device holds the run's shard (run with ``client.run``)."""
+    return run_id in _runtime(dask_worker).shards
+
+
 def release(run_id: str, dask_worker: Any = None) -> None:
     """Forget a run's shard (run with ``client.run``)."""
     _runtime(dask_worker).shards.pop(run_id, None)
@@ -164,7 +173,9 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         loss and the memory working set above the framework baseline.
     """
     rt = _runtime()
-    shard = rt.shards[task.run_id]
+    shard = rt.shards.get(task.run_id)
+    if shard is None:
+        raise ShardMissingError(f"device {rt.device} holds no shard of run {task.run_id}; its worker restarted")
     received = nbytes(weights)
     rt.bytes_received += received
     model = rt.model(task.spec)

@@ -41,6 +41,9 @@ PARTITIONS = ("iid", "label")
 SYNC_EVERY = ("batch", "epoch")
 # Longest a round (or data loading) may take before we call the device lost.
 ROUND_TIMEOUT_S = 900.0
+# Recoveries of restarted devices per round, and how long to wait for one to rejoin.
+MAX_RECOVERIES = 3
+RESTART_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ class TrainRun:
     monitor: pd.DataFrame  # resource samples per device
     shards: pd.DataFrame  # device, samples, bytes sent to it before training
     host: dict[str, float] = field(default_factory=dict)  # host wall times
+    recoveries: pd.DataFrame = field(default_factory=pd.DataFrame)  # device, round, error: restarted devices
 
 
 def train(
@@ -179,16 +183,18 @@ def train(
     *,
     monitor_interval_s: float = 0.25,
 ) -> TrainRun:
-    """Run synchronous data-parallel training of ``cfg`` on the cluster's devices."""
+    """Run synchronous data-parallel training of ``cfg`` on the cluster's devices.
+
+    A device whose worker restarts mid-run is given its data again and the
+    interrupted round re-run (``TrainRun.recoveries`` records it); a device
+    that does not come back raises ``WorkerLostError``.
+    """
     check(cfg, n_train=dataset.n_train, profile=cluster.profile)
     if cfg.n_devices > len(cluster.devices):
         raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
-    client = cluster.client
     devices = cluster.devices[: cfg.n_devices]
-    addresses = _addresses(cluster, devices)
     strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
     spec = cfg.spec
-    run_id = uuid.uuid4().hex[:12]
     t_start = time.perf_counter()
 
     # The master splits the data and sends each device its part.
@@ -197,18 +203,11 @@ def train(
         indices = partition(dataset.y_train, 1, scheme="iid", seed=cfg.seed) * cfg.n_devices
     else:
         indices = partition(dataset.y_train, cfg.n_devices, scheme=cfg.partition, seed=cfg.seed)
-    loads, sent = [], []
-    for device, idx in zip(devices, indices, strict=True):
-        # Keep the scattered futures referenced until the loads finish, or Dask forgets the data.
-        x_f, y_f = client.scatter([dataset.x_train[idx], dataset.y_train[idx]], workers=[addresses[device]], hash=False)
-        sent += [x_f, y_f]
-        loads.append(_on(client, device, runtime.load_shard, run_id, cfg.model, x_f, y_f))
-    shards = pd.DataFrame(_gather(client, loads))
-    del sent
-    [test_x, test_y] = client.scatter([dataset.x_test, dataset.y_test], workers=[addresses[devices[0]]], hash=False)
-    weights = _gather(client, _on(client, devices[0], runtime.initial_weights, spec))
+    fleet = _Fleet(cluster, devices, cfg.model, dataset, dict(zip(devices, indices, strict=True)), monitor_interval_s)
+    shards = pd.DataFrame(fleet.load(devices))
+    weights = fleet.call(devices[0], runtime.initial_weights, spec)
 
-    client.run(runtime.start_monitor, monitor_interval_s, workers=list(addresses.values()))
+    fleet.start_monitors(devices)
     steps = [math.ceil(n / cfg.batch_size) for n in shards["samples"]]
     records: list[dict[str, Any]] = []
     evaluations = []
@@ -218,31 +217,34 @@ def train(
         for epoch in range(cfg.epochs):
             plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
             for first in plan:
-                [w_f] = client.scatter([weights], workers=list(addresses.values()), broadcast=True, hash=False)
-                futures = []
-                for i, device in enumerate(devices):
-                    n_steps = 1 if cfg.sync_every == "batch" else steps[i]
-                    if first >= steps[i]:
-                        continue
-                    task = runtime.RoundTask(run_id, spec, i, rnd, epoch, first, n_steps, cfg.batch_size, cfg.seed)
-                    futures.append(_on(client, device, runtime.train_round, task, w_f))
-                results = _gather(client, futures)
+                tasks = {
+                    device: runtime.RoundTask(
+                        fleet.run_id,
+                        spec,
+                        i,
+                        rnd,
+                        epoch,
+                        first,
+                        1 if cfg.sync_every == "batch" else steps[i],
+                        cfg.batch_size,
+                        cfg.seed,
+                    )
+                    for i, device in enumerate(devices)
+                    if first < steps[i]
+                }
+                results = fleet.round(tasks, weights)
                 updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
                 weights = strategy.aggregate(weights, updates) or weights
                 records.extend(r for _, r in results)
                 rnd += 1
             t_eval = time.perf_counter()
-            scores = _gather(client, _on(client, devices[0], runtime.evaluate, spec, weights, test_x, test_y))
-            evaluations.append({"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval})
+            scores = fleet.call(devices[0], runtime.evaluate, spec, weights, dataset.x_test, dataset.y_test)
+            evaluations.append(
+                {"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
+            )
         train_wall = time.perf_counter() - t_train
     finally:
-        samples = client.run(runtime.stop_monitor, workers=list(addresses.values()))
-        client.run(runtime.release, run_id, workers=list(addresses.values()))
-    by_address = {a: d for d, a in addresses.items()}
-    monitor = pd.DataFrame(
-        [{"device": by_address[a], **row} for a, rows in samples.items() for row in rows],
-        columns=["device", "t", "cpu_s", "rss_bytes", "bytes_sent", "bytes_received"],
-    )
+        monitor = fleet.close()
     return TrainRun(
         config=cfg,
         records=pd.DataFrame(records),
@@ -250,16 +252,125 @@ def train(
         monitor=monitor,
         shards=shards,
         host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start},
+        recoveries=pd.DataFrame(fleet.recoveries, columns=["device", "round", "error", "wall_s"]),
     )
 
 
-def _addresses(cluster: DeviceCluster, devices: list[str]) -> dict[str, str]:
-    # Addresses are looked up per run, never kept: a restarted worker gets a new one.
-    by_name = {str(w["name"]): a for a, w in cluster.client.scheduler_info(n_workers=-1)["workers"].items()}
-    missing = [d for d in devices if d not in by_name]
-    if missing:
-        raise ConfigError("n_devices", len(devices), f"devices that are connected; missing {missing}")
-    return {d: by_name[d] for d in devices}
+class _Fleet:
+    """The run's devices on the cluster: where they are, what data they hold, and their recovery.
+
+    A device whose worker restarts mid-run (the nanny brings it back under the
+    same name, with a new address and empty memory) is found by its next task
+    failing, given its shard again, and the interrupted round is re-run. The
+    parameter server holds all the model state a round needs, so the run
+    continues exactly as if nothing had happened; the recovery is recorded.
+    """
+
+    def __init__(
+        self,
+        cluster: DeviceCluster,
+        devices: list[str],
+        model: str,
+        dataset: Dataset,
+        indices: dict[str, np.ndarray],
+        monitor_interval_s: float,
+    ) -> None:
+        self.cluster, self.client, self.devices = cluster, cluster.client, devices
+        self.model, self.dataset, self.indices = model, dataset, indices
+        self.monitor_interval_s = monitor_interval_s
+        self.run_id = uuid.uuid4().hex[:12]
+        self.addresses = _addresses(cluster, devices)
+        self.recoveries: list[dict[str, Any]] = []
+        self.lost_samples: list[dict[str, Any]] = []
+
+    def load(self, devices: list[str]) -> list[dict[str, Any]]:
+        """Send each device its shard; return what each holds."""
+        loads, sent = [], []
+        for device in devices:
+            idx = self.indices[device]
+            data = [self.dataset.x_train[idx], self.dataset.y_train[idx]]
+            # Keep the scattered futures referenced until the loads finish, or Dask forgets the data.
+            x_f, y_f = self.client.scatter(data, workers=[self.addresses[device]], hash=False)
+            sent += [x_f, y_f]
+            loads.append(_on(self.client, device, runtime.load_shard, self.run_id, self.model, x_f, y_f))
+        return list(_gather(self.client, loads))
+
+    def call(self, device: str, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on ``device`` and return its result (arrays are scattered to it first)."""
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        if arrays:
+            futures = iter(self.client.scatter(arrays, workers=[self.addresses[device]], hash=False))
+            args = tuple(next(futures) if isinstance(a, np.ndarray) else a for a in args)
+        return _gather(self.client, _on(self.client, device, fn, *args))
+
+    def round(self, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray]) -> list[Any]:
+        """One synchronous round: every task from the same weights; recover and re-run on a lost device."""
+        rnd = next(iter(tasks.values())).round
+        for attempt in range(MAX_RECOVERIES + 1):
+            t0 = time.perf_counter()
+            try:
+                # Weights go to each device once, however many tasks read them.
+                [w_f] = self.client.scatter(
+                    [weights], workers=list(self.addresses.values()), broadcast=True, hash=False
+                )
+                futures = [_on(self.client, d, runtime.train_round, task, w_f) for d, task in tasks.items()]
+                return list(_gather(self.client, futures))
+            except Exception as exc:
+                # Only a device that restarted is recovered; any other failure is the caller's.
+                if not self._recover(rnd, exc, t0):
+                    raise
+                if attempt == MAX_RECOVERIES:
+                    raise WorkerLostError(
+                        f"devices kept restarting: {MAX_RECOVERIES} recoveries in round {rnd}, last after {exc!r}"
+                    ) from exc
+        raise AssertionError("unreachable")
+
+    def _recover(self, rnd: int, exc: BaseException, t0: float) -> bool:
+        """Give restarted devices their shard again; ``False`` if no device restarted."""
+        self.addresses = _addresses(self.cluster, self.devices, wait_s=RESTART_WAIT_S)
+        holding = self.client.run(runtime.holds_shard, self.run_id, workers=list(self.addresses.values()))
+        lost = [d for d, a in self.addresses.items() if not holding.get(a)]
+        if not lost:
+            return False
+        self.load(lost)
+        self.start_monitors(lost)
+        for device in lost:
+            self.recoveries.append(
+                {"device": device, "round": rnd, "error": repr(exc)[:300], "wall_s": time.perf_counter() - t0}
+            )
+        return True
+
+    def start_monitors(self, devices: list[str]) -> None:
+        self.client.run(runtime.start_monitor, self.monitor_interval_s, workers=[self.addresses[d] for d in devices])
+
+    def close(self) -> pd.DataFrame:
+        """Stop the monitors, forget the run's data on the devices; return the monitor samples."""
+        # A device that died and did not come back has no monitor to stop.
+        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        workers = [a for a in self.addresses.values() if a in alive]
+        samples = self.client.run(runtime.stop_monitor, workers=workers, on_error="return")
+        self.client.run(runtime.release, self.run_id, workers=workers, on_error="ignore")
+        by_address = {a: d for d, a in self.addresses.items()}
+        return pd.DataFrame(
+            [{"device": by_address[a], **row} for a, rows in samples.items() if isinstance(rows, list) for row in rows],
+            columns=["device", "t", "cpu_s", "rss_bytes", "bytes_sent", "bytes_received"],
+        )
+
+
+def _addresses(cluster: DeviceCluster, devices: list[str], *, wait_s: float = 0.0) -> dict[str, str]:
+    # Addresses are looked up, never assumed: a restarted worker gets a new one.
+    deadline = time.monotonic() + wait_s
+    while True:
+        by_name = {str(w["name"]): a for a, w in cluster.client.scheduler_info(n_workers=-1)["workers"].items()}
+        missing = [d for d in devices if d not in by_name]
+        if not missing:
+            return {d: by_name[d] for d in devices}
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if wait_s:
+        raise WorkerLostError(f"devices {missing} did not come back within {wait_s:.0f} s")
+    raise ConfigError("n_devices", len(devices), f"devices that are connected; missing {missing}")
 
 
 def _gather(client: Any, futures: Any, timeout_s: float = ROUND_TIMEOUT_S) -> Any:

@@ -247,3 +247,43 @@ def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
 
     # Assert
     assert "tcp://127.0.0.1:9" in str(info.value)
+
+
+def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
+    cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: restart pi3b-1's worker process (a real kill and respawn by its nanny) after round 2
+    import edgelab.train as train_module
+
+    real_build = train_module.build_strategy
+    restarted_at: list[str] = []
+
+    def build_with_restart(*args: Any, **kwargs: Any) -> Any:
+        strategy = real_build(*args, **kwargs)
+        aggregate, rounds = strategy.aggregate, [0]
+
+        def aggregate_then_restart(weights: Any, updates: Any) -> Any:
+            rounds[0] += 1
+            if rounds[0] == 3:
+                address = {str(w["name"]): a for a, w in _workers(cluster).items()}["pi3b-1"]
+                restarted_at.append(address)
+                cluster.client.restart_workers([address])
+            return aggregate(weights, updates)
+
+        strategy.aggregate = aggregate_then_restart
+        return strategy
+
+    monkeypatch.setattr(train_module, "build_strategy", build_with_restart)
+
+    # Execute
+    run = train(cluster, dataset, CFG, monitor_interval_s=0.05)
+    monkeypatch.undo()
+
+    # Assert: one recovery of pi3b-1 at the round after the restart, on a new worker process
+    assert restarted_at and restarted_at[0] not in _workers(cluster)
+    assert list(run.recoveries["device"]) == ["pi3b-1"]
+    assert list(run.recoveries["round"]) == [3]
+    # the parameter server held all state: the run is the undisturbed run, exactly
+    assert len(run.records) == len(runs[0].records)
+    assert run.evaluations["accuracy"].tolist() == runs[0].evaluations["accuracy"].tolist()
+    assert run.evaluations["loss"].tolist() == runs[0].evaluations["loss"].tolist()

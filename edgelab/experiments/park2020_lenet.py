@@ -117,8 +117,13 @@ class Plan:
         return {
             "experiment": EXPERIMENT,
             "train": cfg.to_dict(),
-            "dataset": {"name": d.name, "source": d.source, "n_train": d.n_train, "n_test": d.n_test,
-                        "checksum": d.checksum_status},
+            "dataset": {
+                "name": d.name,
+                "source": d.source,
+                "n_train": d.n_train,
+                "n_test": d.n_test,
+                "checksum": d.checksum_status,
+            },
             "device_profile": self.profile.name,
             "device_memory_mb": self.profile.memory_mb,
             "cluster": self.params.scheduler_address or "emulated",
@@ -213,6 +218,7 @@ def _store(store: ResultsStore, plan: Plan, result: TrainRun, calibration: dict[
         "evaluations": result.evaluations,
         "monitor": result.monitor,
         "shards": result.shards,
+        "recoveries": result.recoveries,
     }
     return store.put(plan.run_params(result.config), summary, tables)
 
@@ -231,9 +237,7 @@ def run_summary(run: StoredRun, profile: DeviceProfile, *, speed_factor: float, 
     per_device = records.groupby("device")
     cpu_pct = timeline.emulated_cpu_percent(records, elapsed, speed_factor=speed_factor, cores=profile.cores)
     monitor = run.tables["monitor"]
-    host_rss_mb = (
-        monitor.groupby("device")["rss_bytes"].mean().mean() / 2**20 if not monitor.empty else float("nan")
-    )
+    host_rss_mb = monitor.groupby("device")["rss_bytes"].mean().mean() / 2**20 if not monitor.empty else float("nan")
     host_cpu = (
         pd.concat([utilisation(g) for _, g in monitor.groupby("device")])["cpu_pct"].mean()
         if not monitor.empty
@@ -309,7 +313,9 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
         for r in model_runs:
             rows.append({"calibration": "nominal", **run_summary(r, profile, speed_factor=nominal, ps_link=ps_link)})
             if fitted is not None:
-                rows.append({"calibration": "calibrated", **run_summary(r, profile, speed_factor=fitted, ps_link=ps_link)})
+                rows.append(
+                    {"calibration": "calibrated", **run_summary(r, profile, speed_factor=fitted, ps_link=ps_link)}
+                )
     return LenetSummary(pd.DataFrame(rows), calibration, plan.dataset.provenance())
 
 
