@@ -162,7 +162,9 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in runs))
 
 
-def _warm_edgelab(cluster: DeviceCluster, dataset: Dataset, n_devices: int, models: tuple[str, ...]) -> dict[str, float]:
+def _warm_edgelab(
+    cluster: DeviceCluster, dataset: Dataset, n_devices: int, models: tuple[str, ...]
+) -> dict[str, float]:
     small = dataset.limited(sample_limit=WARMUP_SAMPLES * n_devices, test_limit=WARMUP_SAMPLES)
     walls = {}
     for name in models:
@@ -203,12 +205,17 @@ def bench_throughput(dataset: Dataset, *, repeats: int, models: tuple[str, ...] 
         runs = out[m]
         summary = {k: _median(runs[k], "samples_per_s") for k in ("edgelab_epoch", "keras_fit", "edgelab_batch")}
         ratio = summary["edgelab_epoch"] / summary["keras_fit"]
-        paired = [e["samples_per_s"] / k["samples_per_s"] for e, k in zip(runs["edgelab_epoch"], runs["keras_fit"], strict=True)]
+        paired = [
+            e["samples_per_s"] / k["samples_per_s"]
+            for e, k in zip(runs["edgelab_epoch"], runs["keras_fit"], strict=True)
+        ]
         runs["median_samples_per_s"] = summary
         runs["median_samples_per_cpu_s"] = {
             k: _median(runs[k], "samples_per_cpu_s") for k in ("edgelab_epoch", "keras_fit", "edgelab_batch")
         }
-        runs["cpu_ratio"] = runs["median_samples_per_cpu_s"]["edgelab_epoch"] / runs["median_samples_per_cpu_s"]["keras_fit"]
+        runs["cpu_ratio"] = (
+            runs["median_samples_per_cpu_s"]["edgelab_epoch"] / runs["median_samples_per_cpu_s"]["keras_fit"]
+        )
         runs["ratio"] = ratio
         runs["paired_ratios"] = paired
         runs["target_met"] = ratio >= TARGET_RATIO
@@ -365,11 +372,18 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="training samples (default %(default)s)")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="runs per measurement (default %(default)s)")
     parser.add_argument(
-        "--test-samples", type=int, default=DEFAULT_TEST_SAMPLES, help="test samples for the excluded per-epoch evaluation"
+        "--repeats", type=int, default=DEFAULT_REPEATS, help="runs per measurement (default %(default)s)"
     )
-    parser.add_argument("--out-dir", type=Path, default=None, help="default: $EDGELAB_REPORTS_DIR or reports/, then benchmarks/")
+    parser.add_argument(
+        "--test-samples",
+        type=int,
+        default=DEFAULT_TEST_SAMPLES,
+        help="test samples for the excluded per-epoch evaluation",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="default: $EDGELAB_REPORTS_DIR or reports/, then benchmarks/"
+    )
     args = parser.parse_args(argv)
     results = run_benchmark(samples=args.samples, repeats=args.repeats, test_samples=args.test_samples)
     json_path, md_path, md = write_results(results, args.out_dir)

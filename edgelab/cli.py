@@ -42,8 +42,7 @@ def reproduce(profile: str, notebooks: Sequence[Path], *, out_dir: Path) -> int:
         start = time.perf_counter()
         print(f"edgelab: running {nb.relative_to(REPO_ROOT)} ({profile}) -> {target}", flush=True)
         try:
-            papermill.execute_notebook(str(nb), str(target), parameters=params, cwd=str(nb.parent),
-                                       progress_bar=False)
+            papermill.execute_notebook(str(nb), str(target), parameters=params, cwd=str(nb.parent), progress_bar=False)
         except Exception as exc:  # report and go on with the other notebooks
             failures += 1
             print(f"edgelab: {nb.name} failed: {exc}", file=sys.stderr)
@@ -69,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("reproduce", help="run every notebook with papermill and write reports/")
     rep.add_argument("--profile", choices=PROFILES, default="smoke")
-    rep.add_argument("--notebook", action="append", default=None,
-                     help="run only this notebook (name or path); may repeat")
+    rep.add_argument(
+        "--notebook", action="append", default=None, help="run only this notebook (name or path); may repeat"
+    )
     args = parser.parse_args(argv)
 
     notebooks = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))

@@ -173,9 +173,7 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     except TimeoutError as exc:
         have = len(client.scheduler_info()["workers"])
         client.close()
-        raise ClusterError(
-            f"n_devices={n_devices} but the scheduler at {address} has only {have} workers"
-        ) from exc
+        raise ClusterError(f"n_devices={n_devices} but the scheduler at {address} has only {have} workers") from exc
     workers = client.scheduler_info()["workers"].values()
     names = sorted(str(w["name"]) for w in workers)[:n_devices]
     # Real workers may not carry our resources; give each one that names it.

@@ -108,9 +108,7 @@ def with_memory(profile: DeviceProfile, memory_mb: int | None) -> DeviceProfile:
     if memory_mb is None:
         return profile
     if memory_mb <= profile.os_reserve_mb:
-        raise ConfigError(
-            "device_memory_mb", memory_mb, f"an integer > the OS allowance of {profile.os_reserve_mb} MB"
-        )
+        raise ConfigError("device_memory_mb", memory_mb, f"an integer > the OS allowance of {profile.os_reserve_mb} MB")
     return replace(profile, memory_mb=int(memory_mb))
 
 

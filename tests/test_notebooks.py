@@ -39,10 +39,12 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
     # Execute: twice with the same parameters; the second run must reuse stored results
     first, second = root / "first.ipynb", root / "second.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(first), parameters=params, cwd=str(NOTEBOOK.parent),
-                               progress_bar=False)
-    papermill.execute_notebook(str(NOTEBOOK), str(second), parameters=params, cwd=str(NOTEBOOK.parent),
-                               progress_bar=False)
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(first), parameters=params, cwd=str(NOTEBOOK.parent), progress_bar=False
+    )
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(second), parameters=params, cwd=str(NOTEBOOK.parent), progress_bar=False
+    )
     return {"root": root, "first": first, "second": second}
 
 
@@ -64,8 +66,17 @@ def test_manifest_lists_every_lenet_id_with_paper_values(smoke_run: dict[str, Pa
 
 def test_report_files_follow_the_contract(smoke_run: dict[str, Path]) -> None:
     doc = smoke_run["root"] / "reports" / "park2020"
-    for name in ("table1.csv", "table1.md", "table1.png", "table2.csv", "table2.md",
-                 "fig4a.png", "fig4b.png", "fig4c.png", "fig4d.png"):
+    for name in (
+        "table1.csv",
+        "table1.md",
+        "table1.png",
+        "table2.csv",
+        "table2.md",
+        "fig4a.png",
+        "fig4b.png",
+        "fig4c.png",
+        "fig4d.png",
+    ):
         assert (doc / name).is_file(), name
     table = (doc / "table1.md").read_text()
     assert "paper elapsed time (s)" in table and "| 566.0 |" in table
@@ -83,10 +94,18 @@ def test_bad_parameter_fails_before_cluster_work(tmp_path: Path) -> None:
     # Execute: a batch larger than a shard (640 samples over 20 devices = 32 < 64)
     out = tmp_path / "bad.ipynb"
     with pytest.raises(PapermillExecutionError) as info:
-        papermill.execute_notebook(str(NOTEBOOK), str(out), cwd=str(NOTEBOOK.parent), progress_bar=False,
-                                   parameters={"device_counts": [20], "sample_limit": 640,
-                                               "results_dir": str(tmp_path / "r"),
-                                               "reports_dir": str(tmp_path / "rep")})
+        papermill.execute_notebook(
+            str(NOTEBOOK),
+            str(out),
+            cwd=str(NOTEBOOK.parent),
+            progress_bar=False,
+            parameters={
+                "device_counts": [20],
+                "sample_limit": 640,
+                "results_dir": str(tmp_path / "r"),
+                "reports_dir": str(tmp_path / "rep"),
+            },
+        )
     # Assert: the error names the parameter, and nothing was stored
     assert "batch_size=64" in str(info.value)
     assert not (tmp_path / "r").exists()

@@ -57,9 +57,7 @@ def test_files_equal_catalog_blocks() -> None:
     assert not differing, f"differ from {CATALOG}: {differing}"
 
 
-@pytest.mark.parametrize(
-    "item_id", ["park2020/table9", "park2020/fig1", "nopaper/table1", "park2020"]
-)
+@pytest.mark.parametrize("item_id", ["park2020/table9", "park2020/fig1", "nopaper/table1", "park2020"])
 def test_unknown_id_raises_config_error(item_id: str) -> None:
     """An unknown item id raises ConfigError naming the parameter."""
     with pytest.raises(ConfigError, match="item_id") as info:

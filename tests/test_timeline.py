@@ -17,7 +17,9 @@ SLOW = dataclasses.replace(get_profile("pi3b"), link_mbps=0.008, latency_s=0.01)
 NO_LATENCY = dataclasses.replace(get_profile("pi3b"), latency_s=0.0)
 
 
-def _rt(compute: list[float], pull: list[float], push: list[float], ps_link: str, *, rate: float, latency: float) -> float:
+def _rt(
+    compute: list[float], pull: list[float], push: list[float], ps_link: str, *, rate: float, latency: float
+) -> float:
     t, _ = round_time(
         np.array(compute, dtype=float),
         np.array(pull, dtype=float),

@@ -82,9 +82,7 @@ class Dataset:
             "tried": list(self.tried),
         }
 
-    def limited(
-        self, *, sample_limit: int | None = None, test_limit: int | None = None, seed: int = 0
-    ) -> Dataset:
+    def limited(self, *, sample_limit: int | None = None, test_limit: int | None = None, seed: int = 0) -> Dataset:
         """Return a copy keeping a seeded random subset of train and/or test.
 
         Parameters
@@ -109,13 +107,9 @@ class Dataset:
         ConfigError
             If a limit exceeds the number of samples available.
         """
-        x_train, y_train = _subset(
-            self.x_train, self.y_train, "sample_limit", sample_limit, seed
-        )
+        x_train, y_train = _subset(self.x_train, self.y_train, "sample_limit", sample_limit, seed)
         x_test, y_test = _subset(self.x_test, self.y_test, "test_limit", test_limit, seed + 1)
-        return dataclasses.replace(
-            self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test
-        )
+        return dataclasses.replace(self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
 def _subset(

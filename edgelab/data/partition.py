@@ -104,16 +104,13 @@ def partition(
         raise ConfigError(
             "classes_per_device",
             classes_per_device,
-            f"at most {n_samples // n_devices} so that n_devices * classes_per_device "
-            f"<= {n_samples} samples",
+            f"at most {n_samples // n_devices} so that n_devices * classes_per_device <= {n_samples} samples",
         )
     by_label = np.argsort(labels, kind="stable").astype(np.int64)
     chunks = np.array_split(by_label, n_chunks)
     owner = rng.permutation(n_chunks)  # owner[d*k:(d+1)*k] are the chunks of device d
     return [
-        np.concatenate(
-            [chunks[c] for c in owner[d * classes_per_device : (d + 1) * classes_per_device]]
-        )
+        np.concatenate([chunks[c] for c in owner[d * classes_per_device : (d + 1) * classes_per_device]])
         for d in range(n_devices)
     ]
 

@@ -26,8 +26,9 @@ MEMORY_RISE_MB = 10
 SETTING_LABEL = {"full": "each device iterates the full dataset", "shard": "each device iterates its 1/N shard"}
 
 
-def render_lenet(summary: LenetSummary, *, root: Path | None = None, notebook: str = "",
-                 parameters: dict[str, Any] | None = None) -> list[ReportItem]:
+def render_lenet(
+    summary: LenetSummary, *, root: Path | None = None, notebook: str = "", parameters: dict[str, Any] | None = None
+) -> list[ReportItem]:
     """Render every LeNet item the summary has data for."""
     apply_style()
     common = {"data_source": summary.dataset, "notebook": notebook, "parameters": parameters or {}}
@@ -55,8 +56,9 @@ def _measured(runs: pd.DataFrame, calibration: str, worker_data: str, column: st
     return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int)).sort_index()
 
 
-def time_table_status(paper_time: pd.Series, time: pd.Series, paper_acc: pd.Series, acc: pd.Series,
-                      *, n_train: int) -> tuple[str, str]:
+def time_table_status(
+    paper_time: pd.Series, time: pd.Series, paper_acc: pd.Series, acc: pd.Series, *, n_train: int
+) -> tuple[str, str]:
     """Judge a time/accuracy table: trend, closeness after calibration, accuracy."""
     problems, notes = [], []
     devices = list(time.index)
@@ -73,7 +75,8 @@ def time_table_status(paper_time: pd.Series, time: pd.Series, paper_acc: pd.Seri
         note = f"max time error {errors.max():.0%} at N={worst}"
         if worst - 1 in paper_time.index and paper_time[worst] < paper_time[worst - 1]:
             # A dip in the paper's own series, against its trend, is worth naming.
-            note += f" (the paper's {paper_time[worst]:.0f} s there is below its {paper_time[worst - 1]:.0f} s at N={worst - 1})"
+            dip, before = paper_time[worst], paper_time[worst - 1]
+            note += f" (the paper's {dip:.0f} s there is below its {before:.0f} s at N={worst - 1})"
         notes.append(note)
         if errors.max() > TIME_TOLERANCE:
             problems.append(f"time off by more than {TIME_TOLERANCE:.0%}")
@@ -91,8 +94,9 @@ def time_table_status(paper_time: pd.Series, time: pd.Series, paper_acc: pd.Seri
     return "reproduced", "; ".join(notes)
 
 
-def _time_table(summary: LenetSummary, model: str, item_id: str, root: Path | None,
-                common: dict[str, Any]) -> ReportItem:
+def _time_table(
+    summary: LenetSummary, model: str, item_id: str, root: Path | None, common: dict[str, Any]
+) -> ReportItem:
     import matplotlib.pyplot as plt
 
     runs = summary.runs[summary.runs["model"] == model]
@@ -103,42 +107,55 @@ def _time_table(summary: LenetSummary, model: str, item_id: str, root: Path | No
     settings = sorted(runs["worker_data"].unique())
 
     long = [{"series": "paper", "devices": n, "metric": "elapsed_time_s", "value": v} for n, v in paper_time.items()]
-    long += [{"series": "paper", "devices": n, "metric": "validation_accuracy", "value": v} for n, v in paper_acc.items()]
+    long += [
+        {"series": "paper", "devices": n, "metric": "validation_accuracy", "value": v} for n, v in paper_acc.items()
+    ]
     wide = {"paper elapsed time (s)": paper_time}
     for cal in calibrations:
         for wd in settings:
             t = _measured(runs, cal, wd, "emulated_projected_s")
             wide[f"emulated, {wd}, {cal} (s)"] = t.round(0)
-            long += [{"series": f"emulated {wd} {cal}", "devices": n, "metric": "elapsed_time_s", "value": v}
-                     for n, v in t.items()]
+            long += [
+                {"series": f"emulated {wd} {cal}", "devices": n, "metric": "elapsed_time_s", "value": v}
+                for n, v in t.items()
+            ]
     wide["paper accuracy"] = paper_acc
     for wd in settings:
         a = _measured(runs, shown, wd, "accuracy")
         wide[f"accuracy, {wd}"] = a.round(3)
-        long += [{"series": f"measured {wd}", "devices": n, "metric": "validation_accuracy", "value": v}
-                 for n, v in a.items()]
+        long += [
+            {"series": f"measured {wd}", "devices": n, "metric": "validation_accuracy", "value": v}
+            for n, v in a.items()
+        ]
     table = pd.DataFrame(long).assign(id=item_id, model=model)
     grid = pd.DataFrame(wide).reindex(range(1, 11)).T
     grid.columns = [str(c) for c in grid.columns]
     cal = summary.calibration[model]
     n_train = int(runs["n_train"].iloc[0])
     headline = "full" if "full" in settings else settings[0]
-    status, why = time_table_status(paper_time, _measured(runs, shown, headline, "emulated_projected_s"),
-                                    paper_acc, _measured(runs, shown, headline, "accuracy"), n_train=n_train)
-    md = "\n".join([
-        f"# {item_id}: time and accuracy, LeNet-{model.upper()} on MNIST, batch 64, sync per batch",
-        "",
-        f"Clock: emulated device time ({cal['host']['profile']}), projected from {n_train:,} to "
-        f"{PAPER_TRAIN_SIZE:,} samples per epoch. Calibrated speed factor "
-        f"{_fmt(cal['calibrated_speed_factor'])} (fitted on {cal['cell']}; that cell is the fit, not a "
-        f"result); nominal {_fmt(cal['nominal_speed_factor'])} (host {cal['host']['host_gflops']} GFLOPS "
-        f"vs device {cal['host']['device_gflops']} GFLOPS).",
-        f"Settings: full = {SETTING_LABEL['full']}; shard = {SETTING_LABEL['shard']}.",
-        f"Data: {summary.dataset['source']} ({summary.dataset['checksum_status']}).",
-        f"Status: {status}. {why}",
-        "",
-        markdown_table(grid.reset_index().rename(columns={"index": "devices"})),
-    ])
+    status, why = time_table_status(
+        paper_time,
+        _measured(runs, shown, headline, "emulated_projected_s"),
+        paper_acc,
+        _measured(runs, shown, headline, "accuracy"),
+        n_train=n_train,
+    )
+    md = "\n".join(
+        [
+            f"# {item_id}: time and accuracy, LeNet-{model.upper()} on MNIST, batch 64, sync per batch",
+            "",
+            f"Clock: emulated device time ({cal['host']['profile']}), projected from {n_train:,} to "
+            f"{PAPER_TRAIN_SIZE:,} samples per epoch. Calibrated speed factor "
+            f"{_fmt(cal['calibrated_speed_factor'])} (fitted on {cal['cell']}; that cell is the fit, not a "
+            f"result); nominal {_fmt(cal['nominal_speed_factor'])} (host {cal['host']['host_gflops']} GFLOPS "
+            f"vs device {cal['host']['device_gflops']} GFLOPS).",
+            f"Settings: full = {SETTING_LABEL['full']}; shard = {SETTING_LABEL['shard']}.",
+            f"Data: {summary.dataset['source']} ({summary.dataset['checksum_status']}).",
+            f"Status: {status}. {why}",
+            "",
+            markdown_table(grid.reset_index().rename(columns={"index": "devices"})),
+        ]
+    )
     files = save_table(table, md, item_id, root=root)
 
     fig, (ax_t, ax_a) = plt.subplots(1, 2, figsize=(11, 4))
@@ -156,22 +173,45 @@ def _time_table(summary: LenetSummary, model: str, item_id: str, root: Path | No
     ax_a.legend(fontsize=8)
     fig.suptitle(f"{item_id} — LeNet-{model.upper()}: time and accuracy vs devices")
     files.append(save_figure(fig, item_id, root=root))
-    return ReportItem(item_id, [str(f) for f in files], clock=f"emulated device time ({shown} speed factor)",
-                      paper_values_shown=True, status=status, why=why, **common)
+    return ReportItem(
+        item_id,
+        [str(f) for f in files],
+        clock=f"emulated device time ({shown} speed factor)",
+        paper_values_shown=True,
+        status=status,
+        why=why,
+        **common,
+    )
 
 
 # -------------------------------------------------------------- figure 4 ----
 
 _FIG4 = {
-    "park2020/fig4a": ("cpu_pct_emulated", "CPU utilisation (% of 4 cores), emulated device clock",
-                       "cpu_utilization_pct", "emulated device time"),
-    "park2020/fig4b": ("rss_mb_host", "memory (RSS, MB) per device worker, host measurement",
-                       "memory_usage_mb", "host measurement (memory has no clock)"),
+    "park2020/fig4a": (
+        "cpu_pct_emulated",
+        "CPU utilisation (% of 4 cores), emulated device clock",
+        "cpu_utilization_pct",
+        "emulated device time",
+    ),
+    "park2020/fig4b": (
+        "rss_mb_host",
+        "memory (RSS, MB) per device worker, host measurement",
+        "memory_usage_mb",
+        "host measurement (memory has no clock)",
+    ),
     # Ganglia reports bytes_out/bytes_in as rates, so the paper's "KB" is read as KB/s.
-    "park2020/fig4c": ("sent_kb_s", "KB/s sent per device (mean), emulated device clock",
-                       "network_send_kb", "emulated device time (bytes counted exactly)"),
-    "park2020/fig4d": ("received_kb_s", "KB/s received per device (mean), emulated device clock",
-                       "network_receive_kb", "emulated device time (bytes counted exactly)"),
+    "park2020/fig4c": (
+        "sent_kb_s",
+        "KB/s sent per device (mean), emulated device clock",
+        "network_send_kb",
+        "emulated device time (bytes counted exactly)",
+    ),
+    "park2020/fig4d": (
+        "received_kb_s",
+        "KB/s received per device (mean), emulated device clock",
+        "network_receive_kb",
+        "emulated device time (bytes counted exactly)",
+    ),
 }
 
 
@@ -213,21 +253,26 @@ def fig4_status(item_id: str, measured: pd.Series) -> tuple[str, str]:
     elif item_id == "park2020/fig4b":
         # The paper's rise is ~30 MB; smaller changes are within sampling noise here.
         ok = bool(np.all(np.diff(measured.to_numpy()) > 0)) and last - first >= MEMORY_RISE_MB
-        claim = (f"memory should rise steadily by >= {MEMORY_RISE_MB} MB; levels differ "
-                 "(TensorFlow ~600 MB baseline vs MXNet)")
+        claim = (
+            f"memory should rise steadily by >= {MEMORY_RISE_MB} MB; levels differ "
+            "(TensorFlow ~600 MB baseline vs MXNet)"
+        )
     else:
         zero_ok = measured[measured.index <= 2].max() == 0 if (measured.index <= 2).any() else True
         big_ok = measured[measured.index >= 3].min() > 1000 if (measured.index >= 3).any() else True
         ok = zero_ok and big_ok
         claim = "no traffic at 1-2 devices, over 1000 KB from 3"
         if not zero_ok:
-            return "differs", (f"per-batch synchronization moves {measured.iloc[0]:,.0f} KB per device already at "
-                               f"N={measured.index[0]} (paper shows none at 1-2 devices, P17); {span}")
+            return "differs", (
+                f"per-batch synchronization moves {measured.iloc[0]:,.0f} KB per device already at "
+                f"N={measured.index[0]} (paper shows none at 1-2 devices, P17); {span}"
+            )
     return ("reproduced" if ok else "differs"), f"{claim}: {span}"
 
 
-def _hardware_figures(summary: LenetSummary, cnn: pd.DataFrame, root: Path | None,
-                      common: dict[str, Any]) -> list[ReportItem]:
+def _hardware_figures(
+    summary: LenetSummary, cnn: pd.DataFrame, root: Path | None, common: dict[str, Any]
+) -> list[ReportItem]:
     import matplotlib.pyplot as plt
 
     shown = "calibrated" if (cnn["calibration"] == "calibrated").any() else "nominal"
@@ -237,21 +282,26 @@ def _hardware_figures(summary: LenetSummary, cnn: pd.DataFrame, root: Path | Non
     for item_id, (column, ylabel, metric, clock) in _FIG4.items():
         paper = _paper_points(item_id)
         fig, ax = plt.subplots(figsize=(6, 4))
-        rows = [{"series": "paper", "devices": int(r.devices), "value": r.value, "bound": r.bound}
-                for r in paper.itertuples()]
+        rows = [
+            {"series": "paper", "devices": int(r.devices), "value": r.value, "bound": r.bound}
+            for r in paper.itertuples()
+        ]
         for wd in settings:
             m = _measured(cnn, shown, wd, column)
             ax.plot(m.index, m.to_numpy(), marker="o", label=f"measured, {wd}")
             rows += [{"series": f"measured {wd} {shown}", "devices": n, "value": v, "bound": ""} for n, v in m.items()]
             column2, label2 = _FIG4_SECONDARY[item_id]
-            rows += [{"series": f"measured {wd} {shown}: {label2}", "devices": n, "value": v, "bound": ""}
-                     for n, v in _measured(cnn, shown, wd, column2).items()]
+            rows += [
+                {"series": f"measured {wd} {shown}: {label2}", "devices": n, "value": v, "bound": ""}
+                for n, v in _measured(cnn, shown, wd, column2).items()
+            ]
         exact = paper[paper["bound"] == ""]
         ax.scatter(exact["devices"], exact["value"], color="black", marker="s", zorder=3, label="paper")
         lower = paper[paper["bound"] == "lower"]
         if not lower.empty:
-            ax.scatter(lower["devices"], lower["value"], color="black", marker="^", zorder=3,
-                       label="paper (lower bound)")
+            ax.scatter(
+                lower["devices"], lower["value"], color="black", marker="^", zorder=3, label="paper (lower bound)"
+            )
         ax.set(xlabel="devices", ylabel=ylabel, xticks=range(1, 11))
         ax.set_title(f"{item_id} — LeNet-CNN", fontsize=11)
         ax.legend(fontsize=8)
@@ -259,8 +309,17 @@ def _hardware_figures(summary: LenetSummary, cnn: pd.DataFrame, root: Path | Non
         table = pd.DataFrame(rows).assign(id=item_id, metric=metric)
         tables = save_table(table, f"# {item_id}\n\nStatus: {status}. {why}\n", item_id, root=root)
         png = save_figure(fig, item_id, root=root)
-        items.append(ReportItem(item_id, [str(png), *map(str, tables)], clock=clock, paper_values_shown=True,
-                                status=status, why=why, **common))
+        items.append(
+            ReportItem(
+                item_id,
+                [str(png), *map(str, tables)],
+                clock=clock,
+                paper_values_shown=True,
+                status=status,
+                why=why,
+                **common,
+            )
+        )
     return items
 
 
