@@ -56,6 +56,11 @@ def _measured(runs: pd.DataFrame, calibration: str, worker_data: str, column: st
     return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int)).sort_index()
 
 
+def _long_rows(series: str, metric: str, values: pd.Series) -> list[dict]:
+    """One long-format row per device count, for the csv beside each table."""
+    return [{"series": series, "devices": n, "metric": metric, "value": v} for n, v in values.items()]
+
+
 def time_table_status(
     paper_time: pd.Series, time: pd.Series, paper_acc: pd.Series, acc: pd.Series, *, n_train: int
 ) -> tuple[str, str]:
@@ -106,27 +111,18 @@ def _time_table(
     shown = calibrations[0]
     settings = sorted(runs["worker_data"].unique())
 
-    long = [{"series": "paper", "devices": n, "metric": "elapsed_time_s", "value": v} for n, v in paper_time.items()]
-    long += [
-        {"series": "paper", "devices": n, "metric": "validation_accuracy", "value": v} for n, v in paper_acc.items()
-    ]
+    long = _long_rows("paper", "elapsed_time_s", paper_time) + _long_rows("paper", "validation_accuracy", paper_acc)
     wide = {"paper elapsed time (s)": paper_time}
     for cal in calibrations:
         for wd in settings:
             t = _measured(runs, cal, wd, "emulated_projected_s")
             wide[f"emulated, {wd}, {cal} (s)"] = t.round(0)
-            long += [
-                {"series": f"emulated {wd} {cal}", "devices": n, "metric": "elapsed_time_s", "value": v}
-                for n, v in t.items()
-            ]
+            long += _long_rows(f"emulated {wd} {cal}", "elapsed_time_s", t)
     wide["paper accuracy"] = paper_acc
     for wd in settings:
         a = _measured(runs, shown, wd, "accuracy")
         wide[f"accuracy, {wd}"] = a.round(3)
-        long += [
-            {"series": f"measured {wd}", "devices": n, "metric": "validation_accuracy", "value": v}
-            for n, v in a.items()
-        ]
+        long += _long_rows(f"measured {wd}", "validation_accuracy", a)
     table = pd.DataFrame(long).assign(id=item_id, model=model)
     grid = pd.DataFrame(wide).reindex(range(1, 11)).T
     grid.columns = [str(c) for c in grid.columns]
