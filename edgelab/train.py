@@ -151,10 +151,11 @@ def check(cfg: TrainConfig, *, n_train: int, profile: DeviceProfile) -> dict[str
             cfg.batch_size,
             f"at most the smallest shard, {smallest} samples ({n_train} samples over {cfg.n_devices} devices)",
         )
-    estimate = estimate_memory_mb(cfg.model, cfg.batch_size, max(samples_per_device(cfg, n_train)))
+    busiest = max(samples_per_device(cfg, n_train))
+    estimate = estimate_memory_mb(cfg.model, cfg.batch_size, busiest)
     if estimate["total"] > profile.usable_memory_mb:
         raise DeviceMemoryError(
-            f"model={cfg.model!r} at batch_size={cfg.batch_size} with {max(samples_per_device(cfg, n_train))} "
+            f"model={cfg.model!r} at batch_size={cfg.batch_size} with {busiest} "
             f"samples per device needs about {estimate['total']:.0f} MB, more than the "
             f"{profile.usable_memory_mb} MB a {profile.name} device has for training "
             f"({profile.memory_mb} MB minus {profile.os_reserve_mb} MB for the OS); allowed: a smaller "
@@ -281,7 +282,6 @@ class _Fleet:
         self.run_id = uuid.uuid4().hex[:12]
         self.addresses = _addresses(cluster, devices)
         self.recoveries: list[dict[str, Any]] = []
-        self.lost_samples: list[dict[str, Any]] = []
 
     def load(self, devices: list[str]) -> list[dict[str, Any]]:
         """Send each device its shard; return what each holds."""
