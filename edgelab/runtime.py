@@ -196,7 +196,8 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
     else:
         # Many batches per round: Keras' own loop runs its compiled step without a
         # trip through Python per batch (train_on_batch per batch is ~15-25% slower).
-        history = model.fit(shard.batches(order[start:stop], task.batch_size), epochs=1, verbose=0)
+        # shuffle=False: the seeded order above is the shuffle (Keras ignores it for a dataset anyway).
+        history = model.fit(shard.batches(order[start:stop], task.batch_size), epochs=1, shuffle=False, verbose=0)
         loss = float(history.history["loss"][-1])
     delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
