@@ -30,6 +30,10 @@ from edgelab.results import ResultsStore, StoredRun
 from edgelab.train import TrainConfig, TrainRun, check, samples_per_device, train
 
 EXPERIMENT = "park2020_lenet"
+# Part of every results-store key: raise it when a change moves what the same
+# parameters measure, so stored runs are re-measured, never mixed with new ones.
+# 2: device workers start without Dask's MALLOC_TRIM_THRESHOLD_ (edgelab.cluster).
+MEASUREMENT_REVISION = 2
 # The paper trains on all 60,000 MNIST training images per epoch.
 PAPER_TRAIN_SIZE = 60_000
 TABLE_OF_MODEL = {"mlp": "park2020/table1", "cnn": "park2020/table2"}
@@ -116,6 +120,7 @@ class Plan:
         d = self.dataset
         return {
             "experiment": EXPERIMENT,
+            "measurement_revision": MEASUREMENT_REVISION,
             "train": cfg.to_dict(),
             "dataset": {
                 "name": d.name,
@@ -198,7 +203,7 @@ def run(plan: Plan, *, store: ResultsStore | None = None, cluster: DeviceCluster
             calibration = calibrate(cluster.profile if not cluster.emulated else plan.profile)
             for cfg in todo:
                 result = train(cluster, plan.dataset, cfg, monitor_interval_s=plan.params.monitor_interval_s)
-                _store(store, plan, result, calibration.to_dict())
+                _store(store, plan, result, calibration.to_dict(), cluster.info)
         finally:
             if own:
                 cluster.close()
@@ -206,9 +211,12 @@ def run(plan: Plan, *, store: ResultsStore | None = None, cluster: DeviceCluster
     return [r for r in runs if r is not None]
 
 
-def _store(store: ResultsStore, plan: Plan, result: TrainRun, calibration: dict[str, Any]) -> StoredRun:
+def _store(
+    store: ResultsStore, plan: Plan, result: TrainRun, calibration: dict[str, Any], cluster: dict[str, Any]
+) -> StoredRun:
     summary = {
         "host": result.host,
+        "cluster": cluster,
         "calibration": calibration,
         "dataset": plan.dataset.provenance(),
         "profile": asdict(plan.profile),
