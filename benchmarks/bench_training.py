@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.models import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.paths import reports_dir  # noqa: E402
@@ -65,8 +65,12 @@ def _tf_threads_check() -> dict[str, float]:
     return {"cpu_per_wall": (time.process_time() - cpu0) / (time.perf_counter() - wall0)}
 
 
+def _worker_env_check() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in THREAD_CAP} | {MALLOC_TRIM: start_environ(MALLOC_TRIM)}
+
+
 def _worker_threads_check(cluster: DeviceCluster) -> dict[str, Any]:
-    env = cluster.client.run(lambda: {k: os.environ.get(k) for k in THREAD_CAP})
+    env = cluster.client.run(_worker_env_check)
     ratio = cluster.client.run(_tf_threads_check)
     return {a: {"env": env[a], **ratio[a]} for a in env}
 
@@ -281,8 +285,17 @@ def host_info() -> dict[str, Any]:
         "distributed": distributed.__version__,
         "numpy": np.__version__,
         "thread_cap_env": {k: os.environ.get(k) for k in THREAD_CAP},
+        # Any value of it slows TensorFlow's allocations (see edgelab.cluster): unset on both sides.
+        "malloc_trim_threshold": start_environ(MALLOC_TRIM),
         "benchmark_process_tf": _tf_threads_check(),
     }
+
+
+def _malloc_trim_summary(results: dict[str, Any]) -> str:
+    workers = {w["env"].get(MALLOC_TRIM) for w in results["throughput"]["worker_threads"].values()}
+    baseline = results["host"].get("malloc_trim_threshold")
+    shown = ", ".join(str(v or "unset") for v in sorted(workers, key=str))
+    return f"workers {shown}, Keras baseline {baseline or 'unset'}"
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -295,7 +308,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{results['host']['date_utc']}, {results['host']['processor']}, {results['host']['cpu_count']} CPUs, "
         f"TF {results['host']['tensorflow']}; {cfg['samples']} training samples of {prov['name']} "
         f"(source {prov['source']}), batch {cfg['batch_size']}, median of {cfg['repeats']} runs. "
-        "TF capped to 1 intra-op and 1 inter-op thread in the workers and in the Keras baseline.",
+        "TF capped to 1 intra-op and 1 inter-op thread in the workers and in the Keras baseline. "
+        f"{MALLOC_TRIM}: {_malloc_trim_summary(results)}.",
         "",
         "## A. One device: edgelab vs Keras fit (samples/s, host wall of training)",
         "",
