@@ -2,8 +2,10 @@
 
 ``--profile smoke`` runs each notebook with the parameters it carries (sizes
 that finish in minutes on a laptop); ``--profile full`` injects the paper's
-sizes. Executed notebooks go to ``reports/notebooks/``; each notebook writes
-its figures, tables and manifest entries to ``reports/``.
+sizes. Smoke results go to ``reports/`` and full ones to
+``reports/full-profile/``, so a paper-sized run never overwrites the smoke
+reproduction (or the other way round): each notebook writes its figures, tables
+and manifest entries there, and the executed notebooks go to its ``notebooks/``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from edgelab.paths import REPO_ROOT, reports_dir
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
+FULL_PROFILE_DIR = "full-profile"
 
 
 def full_parameters(notebook: Path) -> dict[str, Any]:
@@ -30,14 +33,31 @@ def full_parameters(notebook: Path) -> dict[str, Any]:
     return dict(module.FULL_PROFILE)
 
 
-def reproduce(profile: str, notebooks: Sequence[Path], *, out_dir: Path) -> int:
-    """Execute notebooks with papermill; return the number that failed."""
+def profile_reports_dir(profile: str, root: Path) -> Path:
+    """Where a profile's reports go: ``root`` for smoke, ``root/full-profile`` for full."""
+    return root if profile == "smoke" else root / FULL_PROFILE_DIR
+
+
+def notebook_parameters(profile: str, notebook: Path, reports: Path) -> dict[str, Any]:
+    """Papermill parameters of one notebook under a profile, writing into ``reports``.
+
+    Smoke injects nothing: the notebook runs as committed, and its own default
+    (``edgelab.paths.reports_dir``) is the smoke reports directory.
+    """
+    if profile == "smoke":
+        return {}
+    return {**full_parameters(notebook), "reports_dir": str(reports)}
+
+
+def reproduce(profile: str, notebooks: Sequence[Path], *, reports: Path) -> int:
+    """Execute notebooks with papermill into ``reports``; return the number that failed."""
     import papermill
 
+    out_dir = reports / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
     for nb in notebooks:
-        params = {} if profile == "smoke" else full_parameters(nb)
+        params = notebook_parameters(profile, nb, reports)
         target = out_dir / nb.name
         start = time.perf_counter()
         print(f"edgelab: running {nb.relative_to(REPO_ROOT)} ({profile}) -> {target}", flush=True)
@@ -80,9 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"--notebook {sorted(unknown)[0]!r} is not one of {[nb.stem for nb in notebooks]}")
         notebooks = [nb for nb in notebooks if nb.stem in wanted]
-    root = reports_dir()
-    failures = reproduce(args.profile, notebooks, out_dir=root / "notebooks")
-    _print_manifest(root)
+    reports = profile_reports_dir(args.profile, reports_dir())
+    failures = reproduce(args.profile, notebooks, reports=reports)
+    _print_manifest(reports)
     return 1 if failures else 0
 
 
