@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from edgelab.figures.park2020 import time_table_status
+from edgelab.reference import load_reference
 
 PAPER_TIME = pd.Series([100.0, 150.0, 200.0, 250.0], index=[1, 2, 3, 4])
 PAPER_ACC = pd.Series([0.96, 0.97, 0.97, 0.97], index=[1, 2, 3, 4])
@@ -32,7 +33,50 @@ def test_falling_time_differs() -> None:
 
     # Assert
     assert status == "differs"
-    assert why.startswith("time does not grow with the device count")
+    assert why.startswith("time does not grow with the device count (Kendall tau 0.67, needs >= 0.8)")
+
+
+def test_one_small_dip_in_a_long_rising_series_still_grows() -> None:
+    # Prepare: ten device counts, N=7 a little below N=6 (as in the paper's own Table 2)
+    devices = list(range(1, 11))
+    paper = pd.Series([100.0 + 50 * (n - 1) for n in devices], index=devices)
+    time = paper.copy()
+    time[7] = time[6] - 5
+    acc = pd.Series(0.97, index=devices)
+
+    # Execute
+    status, why = time_table_status(paper, time, acc, acc.copy(), n_train=FULL)
+
+    # Assert
+    assert status == "reproduced", why
+
+
+def test_the_papers_own_time_series_pass_the_trend_rule() -> None:
+    # The rule must not demand more than the reference itself shows.
+    for item_id in ("park2020/table1", "park2020/table2"):
+        # Prepare
+        ref = load_reference(item_id)
+        rows = ref[ref["metric"] == "elapsed_time_s"]
+        paper = pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
+        acc = pd.Series(0.97, index=paper.index)
+
+        # Execute
+        _, why = time_table_status(paper, paper.copy(), acc, acc.copy(), n_train=FULL)
+
+        # Assert
+        assert "does not grow" not in why, (item_id, why)
+
+
+def test_a_constant_series_does_not_grow() -> None:
+    # Prepare
+    time = pd.Series(100.0, index=[1, 2, 3, 4])
+
+    # Execute
+    status, why = time_table_status(PAPER_TIME, time, PAPER_ACC, PAPER_ACC.copy(), n_train=FULL)
+
+    # Assert
+    assert status == "differs"
+    assert "time does not grow with the device count (Kendall tau nan" in why
 
 
 def test_time_error_above_tolerance_differs() -> None:

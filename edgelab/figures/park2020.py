@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import kendalltau
 
 from edgelab.experiments.park2020_lenet import PAPER_TRAIN_SIZE, TABLE_OF_MODEL, LenetSummary
 from edgelab.figures.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
@@ -23,6 +24,10 @@ from edgelab.report import ReportItem
 TIME_TOLERANCE = 0.25
 ACCURACY_TOLERANCE = 0.02
 MEMORY_RISE_MB = 10
+# Time "grows with the device count" when Kendall's tau between the two is at
+# least this. Strict monotonicity would be a standard the paper's own tables
+# miss (tau 0.96 and 0.91: each has a dip), while a falling series scores < 0.
+TREND_TAU = 0.8
 SETTING_LABEL = {"full": "each device iterates the full dataset", "shard": "each device iterates its 1/N shard"}
 
 
@@ -71,8 +76,9 @@ def time_table_status(
         slope = np.polyfit(devices, time.to_numpy(), 1)[0]
         paper_slope = np.polyfit(paper_time.index, paper_time.to_numpy(), 1)[0]
         notes.append(f"time slope {slope:+.0f} s/device vs paper {paper_slope:+.0f}")
-        if not np.all(np.diff(time.to_numpy()) > 0):
-            problems.append("time does not grow with the device count")
+        tau = kendalltau(devices, time.to_numpy()).statistic
+        if not tau >= TREND_TAU:  # also catches nan, from a constant series
+            problems.append(f"time does not grow with the device count (Kendall tau {tau:.2f}, needs >= {TREND_TAU})")
     predicted = [n for n in devices if n != 1]
     if predicted:
         errors = (time[predicted] / paper_time[predicted] - 1).abs()
