@@ -198,9 +198,9 @@ def _warn_if_malloc_trimmed(client: Client) -> str | None:
     trim = next(iter(values)) if len(values) == 1 else ",".join(sorted(map(str, values)))
     if trim is not None:
         warnings.warn(
-            f"device workers run with {MALLOC_TRIM}={trim} (inherited from this process's environment): "
-            "TensorFlow then maps and unmaps its buffers every step, which inflates measured CPU time; "
-            f"start the workers without it (see cluster/README.md)",
+            # Set by a remote nanny's config, or inherited from the environment a local cluster started in.
+            f"device workers started with {MALLOC_TRIM}={trim}: TensorFlow then maps and unmaps its buffers "
+            "every step, which inflates measured CPU time; start the workers without it (see cluster/README.md)",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from edgelab import cluster
@@ -38,3 +40,32 @@ def test_spec_names_a_known_device_profile() -> None:
 
     # Assert
     assert profile.name == "pi3b"
+
+
+class _Workers:
+    """Stands in for a Client: answers client.run with each worker's value."""
+
+    def __init__(self, values: dict[str, str | None]) -> None:
+        self.values = values
+
+    def run(self, fn: Any, *args: Any) -> dict[str, str | None]:
+        return self.values
+
+
+def test_workers_started_with_malloc_trim_are_reported_and_warned_about() -> None:
+    # Execute
+    with pytest.warns(RuntimeWarning, match=r"device workers started with MALLOC_TRIM_THRESHOLD_=65536"):
+        trim = cluster._warn_if_malloc_trimmed(_Workers({"tcp://a": "65536", "tcp://b": "65536"}))
+
+    # Assert
+    assert trim == "65536"
+
+
+def test_workers_without_malloc_trim_raise_no_warning() -> None:
+    # Execute
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trim = cluster._warn_if_malloc_trimmed(_Workers({"tcp://a": None, "tcp://b": None}))
+
+    # Assert
+    assert trim is None
