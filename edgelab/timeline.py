@@ -11,18 +11,28 @@ takes
     push    = latency + bytes_sent / link rate
 
 A synchronous round then waits for its slowest device. Where the transfers go
-depends on the topology:
+is the ``Topology``:
 
-* ``ps_link="shared"``: one parameter server behind one link of the same rate
-  (the paper's master on 100 Mbit/s Ethernet). Every pull, then every push,
-  crosses that one link in turn, so transfer time grows with the device count.
-* ``ps_link="per_device"``: the server's link is never the bottleneck; each
+* ``master_is_device``: the parameter server runs on the first training device
+  (the paper's ten boards serve N = 1..10 devices, so the master must be one of
+  them). That device's own pull and push stay on the board and cost no link
+  time, so N = 1 pays for no network; every other device's traffic crosses the
+  first device's link. Otherwise the server is a machine of its own and every
+  device's traffic crosses the server's link.
+* ``ps_link="shared"``: the server's one link (the paper's 100 Mbit/s Ethernet)
+  carries every transfer in turn, so transfer time grows with the device count.
+  ``ps_link="per_device"``: the server's link is never the bottleneck; each
   device waits only for its own link.
+* ``duplex="full"``: switched Ethernet sends and receives at once, so the
+  server's pulls (out) and the devices' pushes (in) queue separately.
+  ``duplex="half"``: one queue for both directions; every push waits until the
+  server has sent the last pull.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -31,6 +41,44 @@ from edgelab.devices import DeviceProfile
 from edgelab.errors import ConfigError
 
 PS_LINKS = ("shared", "per_device")
+DUPLEX = ("full", "half")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where the parameter server sits and how its link carries a round's traffic.
+
+    Parameters
+    ----------
+    ps_link
+        ``"shared"`` or ``"per_device"`` (see module docstring).
+    duplex
+        ``"full"`` (switched Ethernet, the default) or ``"half"``.
+    master_is_device
+        The server runs on the first training device (its own exchange is local).
+    """
+
+    ps_link: str = "shared"
+    duplex: str = "full"
+    master_is_device: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ps_link not in PS_LINKS:
+            raise ConfigError("ps_link", self.ps_link, f"one of {', '.join(PS_LINKS)}")
+        if self.duplex not in DUPLEX:
+            raise ConfigError("duplex", self.duplex, f"one of {', '.join(DUPLEX)}")
+        if not isinstance(self.master_is_device, bool):
+            raise ConfigError("master_is_device", self.master_is_device, "True or False")
+
+    def describe(self) -> str:
+        """One line for reports."""
+        where = (
+            "on the first training device (its own exchange is local; N=1 moves nothing over the network)"
+            if self.master_is_device
+            else "on a machine of its own (every device's exchange crosses the network, N=1 too)"
+        )
+        link = "one shared link" if self.ps_link == "shared" else "a link that is never the bottleneck"
+        return f"parameter server {where}, behind {link}, {self.duplex}-duplex"
 
 
 def round_time(
@@ -40,44 +88,49 @@ def round_time(
     *,
     link_bytes_per_s: float,
     latency_s: float,
-    ps_link: str,
+    topology: Topology,
 ) -> tuple[float, np.ndarray]:
     """Duration of one synchronous round, and when each device finished its compute.
 
     Parameters
     ----------
     compute_s, pull_bytes, push_bytes
-        One entry per device, in device order.
+        One entry per device, in device order (the first is the master when
+        ``topology.master_is_device``).
     link_bytes_per_s, latency_s
         The link every device (and the server) sits behind.
-    ps_link
-        ``"shared"`` or ``"per_device"`` (see module docstring).
+    topology
+        Where the server is and how its link carries traffic.
 
     Examples
     --------
-    Two devices, 1 s of compute each, 1 byte each way over a 1 B/s shared link:
-    the pulls end at 1 s and 2 s, so the devices are ready at 2 s and 3 s, and
-    their pushes hold the link from 2 to 3 s and from 3 to 4 s.
+    Two devices, 1 s of compute each, 1 byte each way over a 1 B/s shared link
+    to a separate server. Pulls end at 1 s and 2 s, so the devices are ready at
+    2 s and 3 s. Full duplex: their pushes take 2-3 s and 3-4 s. Half duplex:
+    the same here, because the link stopped sending at 2 s.
 
     >>> t, _ = round_time(np.array([1.0, 1.0]), np.array([1, 1]), np.array([1, 1]),
-    ...                   link_bytes_per_s=1.0, latency_s=0.0, ps_link="shared")
+    ...                   link_bytes_per_s=1.0, latency_s=0.0, topology=Topology(master_is_device=False))
     >>> t
     4.0
     """
-    if ps_link not in PS_LINKS:
-        raise ConfigError("ps_link", ps_link, f"one of {', '.join(PS_LINKS)}")
-    pull = latency_s + pull_bytes / link_bytes_per_s
-    push = latency_s + push_bytes / link_bytes_per_s
-    if ps_link == "per_device":
+    local = np.zeros(len(compute_s), dtype=bool)
+    if topology.master_is_device and len(local):
+        local[0] = True
+    pull = np.where(local, 0.0, latency_s + pull_bytes / link_bytes_per_s)
+    push = np.where(local, 0.0, latency_s + push_bytes / link_bytes_per_s)
+    if topology.ps_link == "per_device":
         ready = pull + compute_s
         return float(np.max(ready + push)), ready
-    # The server sends weights one device after another over its single link,
-    # then receives updates first come, first served over the same link.
+    # The server sends weights one device after another over its single link ...
     ready = np.cumsum(pull) + compute_s
-    link_free = float(np.sum(pull))
+    # ... and receives updates first come, first served: on the receive side of
+    # the link (full duplex), or on the same side once the sending is done (half).
+    receive_free = 0.0 if topology.duplex == "full" else float(np.sum(pull))
     for i in np.argsort(ready, kind="stable"):
-        link_free = max(link_free, float(ready[i])) + float(push[i])
-    return link_free, ready
+        if not local[i]:
+            receive_free = max(receive_free, float(ready[i])) + float(push[i])
+    return max(receive_free, float(np.max(ready))), ready
 
 
 def compose(
@@ -85,21 +138,21 @@ def compose(
     profile: DeviceProfile,
     *,
     speed_factor: float,
-    ps_link: str = "shared",
+    topology: Topology | None = None,
 ) -> pd.DataFrame:
     """Emulated duration of every synchronous round of a run.
 
     Parameters
     ----------
     records
-        One row per (round, device) with ``round, device_index, cpu_s,
+        One row per (round, device) with ``round, epoch, device_index, cpu_s,
         bytes_received, bytes_sent``.
     profile
         The emulated device (link rate and latency).
     speed_factor
         Device seconds per host CPU second (``edgelab.devices.calibrate``).
-    ps_link
-        Topology of the parameter server's link.
+    topology
+        Where the server is and how its link carries traffic (default ``Topology()``).
 
     Returns
     -------
@@ -109,16 +162,22 @@ def compose(
     """
     if not speed_factor > 0:
         raise ConfigError("speed_factor", speed_factor, "a number > 0")
+    topology = topology or Topology()
     rows = []
     for rnd, group in records.sort_values(["round", "device_index"]).groupby("round", sort=True):
         compute = group["cpu_s"].to_numpy(dtype=float) * speed_factor
+        if topology.master_is_device and int(group["device_index"].iloc[0]) != 0:
+            # The master's device sat this round out (its shard ran out): nobody is local.
+            topology_here = Topology(topology.ps_link, topology.duplex, master_is_device=False)
+        else:
+            topology_here = topology
         duration, _ = round_time(
             compute,
             group["bytes_received"].to_numpy(dtype=float),
             group["bytes_sent"].to_numpy(dtype=float),
             link_bytes_per_s=profile.link_bytes_per_s,
             latency_s=profile.latency_s,
-            ps_link=ps_link,
+            topology=topology_here,
         )
         rows.append(
             {
@@ -132,6 +191,33 @@ def compose(
         )
     out = pd.DataFrame(rows)
     out["elapsed_s"] = out["round_s"].cumsum()
+    return out
+
+
+def wire_bytes(records: pd.DataFrame, topology: Topology | None = None) -> pd.DataFrame:
+    """Bytes each device's own link carries over the run, by direction.
+
+    A device sends its updates and receives the weights. When the master is the
+    first device, that device's own exchange never leaves the board, but its
+    link carries the server's side of everyone else's: it sends the weights
+    the others pull and receives the updates they push.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by device: ``sent, received`` (bytes).
+    """
+    topology = topology or Topology()
+    per_device = records.groupby("device").agg(
+        device_index=("device_index", "first"), sent=("bytes_sent", "sum"), received=("bytes_received", "sum")
+    )
+    if not topology.master_is_device:
+        return per_device[["sent", "received"]].astype(float)
+    master = per_device["device_index"] == 0
+    others = per_device[~master]
+    out = per_device[["sent", "received"]].astype(float)
+    out.loc[master, "sent"] = float(others["received"].sum())
+    out.loc[master, "received"] = float(others["sent"].sum())
     return out
 
 

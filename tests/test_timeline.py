@@ -10,15 +10,26 @@ import pytest
 
 from edgelab.devices import get_profile
 from edgelab.errors import ConfigError
-from edgelab.timeline import compose, emulated_cpu_percent, round_time, solve_speed_factor
+from edgelab.timeline import Topology, compose, emulated_cpu_percent, round_time, solve_speed_factor, wire_bytes
 
 # 0.008 Mbit/s = 1000 B/s, so byte counts read as milliseconds.
 SLOW = dataclasses.replace(get_profile("pi3b"), link_mbps=0.008, latency_s=0.01)
 NO_LATENCY = dataclasses.replace(get_profile("pi3b"), latency_s=0.0)
+# The hand-computed cases below put the server on a machine of its own, so every device's traffic is on the wire.
+HALF = {"duplex": "half", "master_is_device": False}
+FULL = {"duplex": "full", "master_is_device": False}
 
 
 def _rt(
-    compute: list[float], pull: list[float], push: list[float], ps_link: str, *, rate: float, latency: float
+    compute: list[float],
+    pull: list[float],
+    push: list[float],
+    ps_link: str,
+    *,
+    rate: float,
+    latency: float,
+    duplex: str = "half",
+    master_is_device: bool = False,
 ) -> float:
     t, _ = round_time(
         np.array(compute, dtype=float),
@@ -26,7 +37,7 @@ def _rt(
         np.array(push, dtype=float),
         link_bytes_per_s=rate,
         latency_s=latency,
-        ps_link=ps_link,
+        topology=Topology(ps_link, duplex, master_is_device),
     )
     return t
 
@@ -54,7 +65,12 @@ def test_one_device_is_pull_compute_push(ps_link: str) -> None:
 
     # Execute
     t, ready = round_time(
-        np.array(compute), np.array(pull), np.array(push), link_bytes_per_s=100.0, latency_s=0.5, ps_link=ps_link
+        np.array(compute),
+        np.array(pull),
+        np.array(push),
+        link_bytes_per_s=100.0,
+        latency_s=0.5,
+        topology=Topology(ps_link, master_is_device=False),
     )
 
     # Assert
@@ -74,7 +90,7 @@ def test_shared_link_with_latency_and_uneven_compute() -> None:
     compute, pull, push = np.array([3.0, 0.5]), np.array([2.0, 2.0]), np.array([1.0, 1.0])
 
     # Execute
-    t, ready = round_time(compute, pull, push, link_bytes_per_s=2.0, latency_s=0.25, ps_link="shared")
+    t, ready = round_time(compute, pull, push, link_bytes_per_s=2.0, latency_s=0.25, topology=Topology(**HALF))
 
     # Assert: pulls end at 1.25 and 2.5 -> ready at 4.25 and 3.0; device 1 pushes
     # first (3.0 -> 3.75), device 0 at 4.25 -> 5.0
@@ -82,7 +98,7 @@ def test_shared_link_with_latency_and_uneven_compute() -> None:
     assert t == pytest.approx(5.0)
 
 
-def test_shared_link_pushes_queue_behind_each_other() -> None:
+def test_half_duplex_pushes_queue_behind_the_pulls() -> None:
     # Prepare: same pulls/pushes as above, compute 0.5 s each
     # ready = [1.75, 3.0]; link free at 2.5 -> device 0 pushes 2.5-3.25, device 1 3.25-4.0
     # Execute / Assert
@@ -104,18 +120,68 @@ def test_per_device_is_max_of_own_pull_compute_push() -> None:
     assert t == pytest.approx(4.7)
 
 
+def test_full_duplex_push_overlaps_the_next_pull() -> None:
+    # Prepare: as above; ready = [1.75, 3.0]; device 0 pushes 1.75-2.5 while the
+    # server still sends device 1's weights (until 2.5); device 1 pushes 3.0-3.75
+    # Execute / Assert
+    assert _rt([0.5, 0.5], [2, 2], [1, 1], "shared", rate=2.0, latency=0.25, duplex="full") == pytest.approx(3.75)
+
+
 @pytest.mark.parametrize("n_devices", [1, 2, 3, 4])
 def test_shared_transfer_time_grows_with_device_count(n_devices: int) -> None:
     # Prepare: no compute, 1 s to pull and 2 s to push per device
-    zeros = [0.0] * n_devices
+    zeros, pull, push = [0.0] * n_devices, [1.0] * n_devices, [2.0] * n_devices
 
     # Execute
-    shared = _rt(zeros, [1.0] * n_devices, [2.0] * n_devices, "shared", rate=1.0, latency=0.0)
-    per_device = _rt(zeros, [1.0] * n_devices, [2.0] * n_devices, "per_device", rate=1.0, latency=0.0)
+    half = _rt(zeros, pull, push, "shared", rate=1.0, latency=0.0, duplex="half")
+    full = _rt(zeros, pull, push, "shared", rate=1.0, latency=0.0, duplex="full")
+    per_device = _rt(zeros, pull, push, "per_device", rate=1.0, latency=0.0)
+
+    # Assert: half duplex adds pull + push per device; full duplex only the
+    # larger of the two (device i is ready at i + 1, pushes queue from 1 s on)
+    assert half == pytest.approx(3.0 * n_devices)
+    assert full == pytest.approx(1.0 + 2.0 * n_devices)
+    assert per_device == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_full_duplex_never_slower_than_half(seed: int) -> None:
+    # Prepare
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    compute = rng.uniform(0, 3, n).tolist()
+    pull, push = rng.integers(0, 1000, n).tolist(), rng.integers(0, 1000, n).tolist()
+
+    # Execute
+    half = _rt(compute, pull, push, "shared", rate=500.0, latency=0.01, duplex="half")
+    full = _rt(compute, pull, push, "shared", rate=500.0, latency=0.01, duplex="full")
 
     # Assert
-    assert shared == pytest.approx(3.0 * n_devices)
-    assert per_device == pytest.approx(3.0)
+    assert full <= half + 1e-12
+
+
+@pytest.mark.parametrize("duplex", ["full", "half"])
+@pytest.mark.parametrize("ps_link", ["shared", "per_device"])
+def test_one_device_pays_no_network_when_the_master_is_that_device(ps_link: str, duplex: str) -> None:
+    # Execute: 2 s of compute, 100 B each way at 100 B/s with 0.5 s latency
+    on_device = _rt([2.0], [100], [100], ps_link, rate=100.0, latency=0.5, duplex=duplex, master_is_device=True)
+    separate = _rt([2.0], [100], [100], ps_link, rate=100.0, latency=0.5, duplex=duplex, master_is_device=False)
+
+    # Assert: the stated choice decides whether N=1 pays for synchronization
+    assert on_device == pytest.approx(2.0)
+    assert separate == pytest.approx(1.5 + 2.0 + 1.5)
+
+
+def test_master_device_exchange_is_local_and_others_cross_its_link() -> None:
+    # Prepare: 3 devices, 1 s compute, 1 B each way at 1 B/s; device 0 hosts the server
+    # Execute
+    t = _rt(
+        [1.0, 1.0, 1.0], [1, 1, 1], [1, 1, 1], "shared", rate=1.0, latency=0.0, duplex="full", master_is_device=True
+    )
+
+    # Assert: device 0 ready at 1 (local); pulls to 1 and 2 end at 1 and 2, ready at 2 and 3;
+    # their pushes take 2-3 and 3-4
+    assert t == pytest.approx(4.0)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -137,12 +203,12 @@ def test_shared_never_faster_than_per_device(seed: int) -> None:
     assert per_device >= max(compute)
 
 
-def test_bad_ps_link_raises() -> None:
+@pytest.mark.parametrize(("field", "value"), [("ps_link", "ring"), ("duplex", "simplex"), ("master_is_device", "yes")])
+def test_bad_topology_names_the_parameter(field: str, value: object) -> None:
     # Execute / Assert
-    with pytest.raises(ConfigError, match="ps_link"):
-        _rt([1.0], [1], [1], "ring", rate=1.0, latency=0.0)
-    with pytest.raises(ConfigError, match="ps_link"):
-        compose(_records(), SLOW, speed_factor=1.0, ps_link="ring")
+    with pytest.raises(ConfigError, match=field) as info:
+        Topology(**{field: value})
+    assert info.value.parameter == field and info.value.value == value
 
 
 @pytest.mark.parametrize("factor", [0.0, -1.0])
@@ -163,7 +229,7 @@ def test_compose_hand_computed_shared() -> None:
     records = _records()
 
     # Execute
-    out = compose(records, SLOW, speed_factor=10.0, ps_link="shared")
+    out = compose(records, SLOW, speed_factor=10.0, topology=Topology(**HALF))
 
     # Assert
     assert out["round"].tolist() == [0, 1]
@@ -180,7 +246,7 @@ def test_compose_hand_computed_per_device() -> None:
     records = _records()
 
     # Execute
-    out = compose(records, SLOW, speed_factor=10.0, ps_link="per_device")
+    out = compose(records, SLOW, speed_factor=10.0, topology=Topology("per_device", master_is_device=False))
 
     # Assert
     np.testing.assert_allclose(out["round_s"], [2.17, 3.17])
@@ -194,7 +260,7 @@ def test_compose_is_linear_in_compute_without_bytes(ps_link: str, factor: float)
     records = _records().assign(bytes_received=0, bytes_sent=0)
 
     # Execute
-    out = compose(records, NO_LATENCY, speed_factor=factor, ps_link=ps_link)
+    out = compose(records, NO_LATENCY, speed_factor=factor, topology=Topology(ps_link))
 
     # Assert: round = factor x slowest device's CPU seconds (0.2, then 0.3)
     np.testing.assert_allclose(out["round_s"], [0.2 * factor, 0.3 * factor])
@@ -228,7 +294,8 @@ def test_solve_speed_factor_recovers_known_factor(ps_link: str, true_factor: flo
     records = _records()
 
     def elapsed_for(f: float) -> float:
-        return float(compose(records, SLOW, speed_factor=f, ps_link=ps_link)["elapsed_s"].iloc[-1])
+        topology = Topology(ps_link, master_is_device=False)
+        return float(compose(records, SLOW, speed_factor=f, topology=topology)["elapsed_s"].iloc[-1])
 
     target = elapsed_for(true_factor)
 
@@ -240,11 +307,11 @@ def test_solve_speed_factor_recovers_known_factor(ps_link: str, true_factor: flo
 
 
 def test_solve_speed_factor_none_when_comm_alone_exceeds_target() -> None:
-    # Prepare: communication alone is 2 x (0.11 + 0.11 + 0.06 + 0.06) = 0.56 s (shared)
+    # Prepare: communication alone is 2 x (0.11 + 0.11 + 0.06 + 0.06) = 0.56 s (shared, half duplex)
     records = _records()
 
     def elapsed_for(f: float) -> float:
-        return float(compose(records, SLOW, speed_factor=f)["elapsed_s"].iloc[-1])
+        return float(compose(records, SLOW, speed_factor=f, topology=Topology(**HALF))["elapsed_s"].iloc[-1])
 
     # Execute
     found = solve_speed_factor(elapsed_for, 0.5)
@@ -257,3 +324,34 @@ def test_solve_speed_factor_none_when_comm_alone_exceeds_target() -> None:
 def test_solve_speed_factor_none_beyond_high() -> None:
     # Execute / Assert
     assert solve_speed_factor(lambda f: f, 10.0, high=5.0) is None
+
+
+# ---------------------------------------------------------------- wire bytes
+
+
+def test_wire_bytes_put_the_servers_side_on_the_master_devices_link() -> None:
+    # Prepare: 3 devices; each pulls 100 B and pushes 50 B per round, 2 rounds
+    rows = [(r, 0, i, f"pi3b-{i}", 0.1, 100, 50) for r in range(2) for i in range(3)]
+    records = pd.DataFrame(
+        rows, columns=["round", "epoch", "device_index", "device", "cpu_s", "bytes_received", "bytes_sent"]
+    )
+
+    # Execute
+    on_device = wire_bytes(records, Topology(master_is_device=True))
+    separate = wire_bytes(records, Topology(master_is_device=False))
+
+    # Assert: the master sends the 2 others' pulls and receives their pushes, its own stay local
+    assert on_device.loc["pi3b-0"].tolist() == [2 * 2 * 100, 2 * 2 * 50]
+    assert on_device.loc["pi3b-1"].tolist() == [2 * 50, 2 * 100]
+    assert separate.loc["pi3b-0"].tolist() == [2 * 50, 2 * 100]
+
+
+def test_wire_bytes_of_one_device_with_the_master_on_it_are_zero() -> None:
+    # Prepare
+    records = _records()[_records()["device"] == "pi3b-0"]
+
+    # Execute
+    out = wire_bytes(records, Topology(master_is_device=True))
+
+    # Assert
+    assert out.loc["pi3b-0"].tolist() == [0.0, 0.0]
