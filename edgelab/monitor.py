@@ -11,6 +11,10 @@ process at a fixed interval:
   through Dask (weights in, updates out, data shards), counted exactly by the
   runtime at the point they cross the wire.
 
+The samples leave the device with every round's result (``drain``), as
+Ganglia's reports leave a board every 30 s: a device that dies loses only what
+it sampled since its last round.
+
 ``utilisation`` turns cumulative samples into per-interval rates.
 """
 
@@ -47,6 +51,7 @@ class ResourceSampler:
     pid: int | None = None
     samples: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
@@ -65,7 +70,8 @@ class ResourceSampler:
             "bytes_sent": float(sent),
             "bytes_received": float(received),
         }
-        self.samples.append(row)
+        with self._lock:
+            self.samples.append(row)
         return row
 
     def start(self) -> None:
@@ -77,15 +83,20 @@ class ResourceSampler:
         self._thread = threading.Thread(target=self._run, name="edgelab-monitor", daemon=True)
         self._thread.start()
 
+    def drain(self) -> list[dict[str, float]]:
+        """Hand over the samples taken since the last drain, and keep sampling."""
+        with self._lock:
+            taken, self.samples = self.samples, []
+        return taken
+
     def stop(self) -> list[dict[str, float]]:
-        """Stop sampling, take a last sample and hand over every sample taken."""
+        """Stop sampling, take a last sample and hand over every sample not drained yet."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=5 * self.interval_s + 1)
             self._thread = None
         self.sample()
-        taken, self.samples = self.samples, []
-        return taken
+        return self.drain()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

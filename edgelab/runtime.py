@@ -34,6 +34,14 @@ def nbytes(arrays: Weights) -> int:
 class ShardMissingError(RuntimeError):
     """A device holds no data for the run: its worker restarted since the data was sent."""
 
+    def __init__(self, device: str, run_id: str) -> None:
+        # Both in args, so the error pickles back to the client with the device named.
+        super().__init__(device, run_id)
+        self.device, self.run_id = device, run_id
+
+    def __str__(self) -> str:
+        return f"device {self.device} holds no shard of run {self.run_id}; its worker restarted"
+
 
 @dataclass
 class _Shard:
@@ -114,17 +122,65 @@ def _runtime(worker: Any = None) -> DeviceRuntime:
 # ----------------------------------------------------------------- tasks ----
 
 
-def load_shard(run_id: str, model: str, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """Keep a shard of the training data on this device (sent by the master)."""
+def load_shard(
+    run_id: str, spec: ModelSpec, x: np.ndarray, y: np.ndarray, batch_size: int, steps: int
+) -> dict[str, Any]:
+    """Keep a shard of the training data on this device (sent by the master) and warm its model.
+
+    The model is traced on real batches of the run's size now, the way its
+    rounds will run them (``steps`` batches per round), so that no round's
+    measured CPU time holds tracing.
+    """
     rt = _runtime()
     rt.bytes_received += int(x.nbytes + y.nbytes)
     import tensorflow as tf
 
-    rt.shards[run_id] = _Shard(
-        x=tf.convert_to_tensor(prepare_images(model, x)),  # type: ignore[arg-type]
+    shard = _Shard(
+        x=tf.convert_to_tensor(prepare_images(spec.name, x)),  # type: ignore[arg-type]
         y=tf.convert_to_tensor(np.asarray(y, dtype=np.int64)),
     )
-    return {"device": rt.device, "samples": int(len(y)), "bytes": int(x.nbytes + y.nbytes)}
+    cpu0 = time.process_time()
+    _warm(rt.model(spec), shard, batch_size, steps)
+    rt.shards[run_id] = shard
+    return {
+        "device": rt.device,
+        "samples": len(shard),
+        "bytes": int(x.nbytes + y.nbytes),
+        "warm_cpu_s": time.process_time() - cpu0,
+    }
+
+
+def _warm(model: Any, shard: _Shard, batch_size: int, steps: int) -> None:
+    # Run a round's own code on real batches, so whatever its first call costs (tracing,
+    # eager kernels of the gather, set/get_weights) is paid here. After the build's
+    # one-sample trace, a second batch size makes Keras retrace for any batch size
+    # (reduce_retracing), which covers an epoch's short last batch too.
+    steps = min(steps, 2)
+    order = np.arange(min(len(shard), steps * batch_size))
+    for _ in range(2):
+        _train_steps(model, shard, model.get_weights(), order, steps, batch_size)
+    # No reset needed: every round and evaluation starts with set_weights, and plain SGD keeps no state.
+
+
+def _train_steps(
+    model: Any, shard: _Shard, weights: Weights, order: np.ndarray, steps: int, batch_size: int
+) -> tuple[Weights, float]:
+    """Train on the shard's samples ``order`` from ``weights``; the weight delta and the last loss."""
+    model.set_weights(weights)
+    if steps == 1:
+        import tensorflow as tf
+
+        idx = tf.sort(order)
+        logs = model.train_on_batch(tf.gather(shard.x, idx), tf.gather(shard.y, idx), return_dict=True)
+        loss = float(logs["loss"])
+    else:
+        # Many batches per round: Keras' own loop runs its compiled step without a
+        # trip through Python per batch (train_on_batch per batch is ~15-25% slower).
+        # shuffle=False: the seeded order is the shuffle (Keras ignores it for a dataset anyway).
+        history = model.fit(shard.batches(order, batch_size), epochs=1, shuffle=False, verbose=0)
+        loss = float(history.history["loss"][-1])
+    delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
+    return delta, loss
 
 
 def holds_shard(run_id: str, dask_worker: Any = None) -> bool:
@@ -170,12 +226,13 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         ``delta`` = local weights after training minus ``weights``; ``record``
         holds what was measured: CPU seconds of this worker process during the
         compute (all threads), host wall seconds, bytes in and out, samples,
-        loss and the memory working set above the framework baseline.
+        loss and the memory working set above the framework baseline; and, under
+        ``"monitor"``, the resource samples taken since the previous round.
     """
     rt = _runtime()
     shard = rt.shards.get(task.run_id)
     if shard is None:
-        raise ShardMissingError(f"device {rt.device} holds no shard of run {task.run_id}; its worker restarted")
+        raise ShardMissingError(rt.device, task.run_id)
     received = nbytes(weights)
     rt.bytes_received += received
     model = rt.model(task.spec)
@@ -186,20 +243,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
     stop = min(len(order), start + task.steps * task.batch_size)
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    model.set_weights(weights)
-    if task.steps == 1:
-        import tensorflow as tf
-
-        idx = tf.sort(order[start:stop])
-        logs = model.train_on_batch(tf.gather(shard.x, idx), tf.gather(shard.y, idx), return_dict=True)
-        loss = float(logs["loss"])
-    else:
-        # Many batches per round: Keras' own loop runs its compiled step without a
-        # trip through Python per batch (train_on_batch per batch is ~15-25% slower).
-        # shuffle=False: the seeded order above is the shuffle (Keras ignores it for a dataset anyway).
-        history = model.fit(shard.batches(order[start:stop], task.batch_size), epochs=1, shuffle=False, verbose=0)
-        loss = float(history.history["loss"][-1])
-    delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
+    delta, loss = _train_steps(model, shard, weights, order[start:stop], task.steps, task.batch_size)
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
 
     sent = nbytes(delta)
@@ -217,6 +261,8 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         "loss": loss,
         "rss_bytes": rss,
         "working_set_bytes": rss - rt.baseline_rss,
+        # The monitor's samples travel with the result, so a device that dies loses only its last round's.
+        "monitor": rt.sampler.drain() if rt.sampler is not None else [],
     }
     return delta, record
 

@@ -69,6 +69,26 @@ def test_stop_hands_over_samples_and_restarts_empty() -> None:
     assert sampler.samples == []
 
 
+def test_drain_hands_over_what_was_sampled_and_keeps_sampling() -> None:
+    # Prepare: a counter that moves by one per read, sampled by hand
+    reads = iter(range(100))
+    sampler = ResourceSampler(counters=lambda: (next(reads), 0), interval_s=10.0, pid=os.getpid())
+    for _ in range(3):
+        sampler.sample()
+
+    # Execute
+    first = sampler.drain()
+    sampler.sample()
+    second = sampler.drain()
+    last = sampler.stop()
+
+    # Assert: each sample is handed over exactly once, in order
+    assert [row["bytes_sent"] for row in first] == [0.0, 1.0, 2.0]
+    assert [row["bytes_sent"] for row in second] == [3.0]
+    assert [row["bytes_sent"] for row in last] == [4.0]
+    assert sampler.drain() == []
+
+
 def test_busy_loop_shows_cpu_utilisation() -> None:
     # Prepare
     sampler = ResourceSampler(counters=lambda: (0, 0), interval_s=10.0)
