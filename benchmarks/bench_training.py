@@ -183,7 +183,7 @@ def bench_throughput(dataset: Dataset, *, repeats: int, models: tuple[str, ...] 
     y = np.asarray(dataset.y_train, dtype=np.int64)
     keras_models = {m: warm_keras(m, x[m], y) for m in models}  # type: ignore[arg-type]
     out: dict[str, Any] = {m: {"edgelab_epoch": [], "keras_fit": [], "edgelab_batch": []} for m in models}
-    with connect(1, dashboard_address=":0") as cluster:
+    with connect(1, dashboard_address="127.0.0.1:0") as cluster:
         workers = _worker_threads_check(cluster)
         warmup = _warm_edgelab(cluster, dataset, 1, models)
         for rep in range(repeats):
@@ -230,7 +230,7 @@ def bench_throughput(dataset: Dataset, *, repeats: int, models: tuple[str, ...] 
 def bench_sync_cost(dataset: Dataset, *, repeats: int, models: tuple[str, ...] = MODELS) -> dict[str, Any]:
     """Part B: two devices, per-batch sync; overhead per round against bytes per round."""
     out: dict[str, Any] = {m: {"runs": []} for m in models}
-    with connect(2, dashboard_address=":0") as cluster:
+    with connect(2, dashboard_address="127.0.0.1:0") as cluster:
         link_bytes_per_s = cluster.profile.link_bytes_per_s
         warmup = _warm_edgelab(cluster, dataset, 2, models)
         for rep in range(repeats):

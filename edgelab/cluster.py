@@ -25,6 +25,8 @@ a running scheduler instead, e.g. real Raspberry Pis running ``dask worker``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -89,6 +91,33 @@ class DeviceCluster:
         """Link to the Dask dashboard."""
         return str(self.client.dashboard_link)
 
+    def revive(self, device: str, *, timeout_s: float = 30.0) -> bool:
+        """Start a device's worker again when its nanny did not; ``False`` when we cannot.
+
+        The emulated cluster's supervisor, as systemd with ``Restart=always`` is
+        on a real board: a nanny whose worker was killed again just after a
+        restart may never bring it back (a race in Dask's nanny, cf.
+        dask/distributed#7312). The stuck nanny is closed and a new one started
+        from the device's spec (same name, resources, environment). Only for a
+        cluster we started; a device removed from the spec stays gone.
+        """
+        cluster = self.local_cluster
+        if cluster is None or device not in cluster.worker_spec:
+            return False
+        stuck = cluster.workers.pop(device, None)
+
+        async def replace() -> None:
+            if stuck is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(stuck.close(), timeout_s)
+            # The nanny reads the worker config when it is made (see _start_local).
+            with dask.config.set(_DEVICE_WORKER_CONFIG):
+                # SpecCluster's own step that starts every worker its spec lists but that does not run.
+                await cluster._correct_state()
+
+        cluster.sync(replace)
+        return True
+
     def close(self) -> None:
         """Close the client, and the cluster if we started it."""
         self.client.close()
@@ -108,7 +137,7 @@ def connect(
     profile: str = "pi3b",
     scheduler_address: str | None = None,
     worker_memory_limit: str = DEFAULT_WORKER_MEMORY_LIMIT,
-    dashboard_address: str = ":8787",
+    dashboard_address: str = "127.0.0.1:8787",
     timeout_s: float = 120.0,
 ) -> DeviceCluster:
     """Start an emulated device cluster, or attach to a running scheduler.
@@ -125,7 +154,8 @@ def connect(
     worker_memory_limit
         Dask's per-worker limit (a safety net, not the device budget).
     dashboard_address
-        Where the local dashboard listens; ``":0"`` picks a free port.
+        Where the local dashboard listens: loopback by default; ``"127.0.0.1:0"`` picks a free port,
+        ``":8787"`` would listen on every interface (your explicit choice).
     timeout_s
         How long to wait for the scheduler and the workers.
     """

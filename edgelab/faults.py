@@ -1,0 +1,133 @@
+"""Fault injection: kill device workers at chosen points of a run.
+
+A ``KillSchedule`` lists ``Kill(device, phase, at)``: SIGKILL the device's
+worker process when the run reaches ``phase`` for the ``at``-th time (a round
+for the per-round phases, an epoch for evaluation, 0 for the phases that
+happen once). The worker's nanny restarts it, as a board that lost power
+reboots; the run has to notice, bring the device back and go on with the
+result it would have had. Each kill fires once, even when its step is run
+again after a recovery.
+
+The phases are the runtime's (``edgelab.train.PHASES`` for data-parallel
+training); a schedule is checked against them, the run's devices and its
+number of rounds and epochs before any cluster work.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from edgelab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Kill ``device``'s worker when the run reaches ``phase`` for the ``at``-th time (from 0)."""
+
+    device: str
+    phase: str
+    at: int = 0
+
+
+class KillSchedule:
+    """Kills to inject into one run.
+
+    Parameters
+    ----------
+    kills
+        ``Kill`` objects or mappings with keys ``device``, ``phase`` and ``at``.
+    phases
+        Phase name -> how many times the run reaches it (``at`` must be below).
+    action
+        ``action(client, address)`` does the killing; by default the worker
+        process gets SIGKILL and its nanny restarts it (``kill_worker``), as a
+        board that lost power reboots. A test can switch a device off for good.
+    """
+
+    def __init__(
+        self,
+        kills: Iterable[Kill | Mapping[str, Any]],
+        *,
+        phases: Mapping[str, int],
+        action: Callable[[Any, str], Any] | None = None,
+    ) -> None:
+        self.phases = dict(phases)
+        self.kills = [self._parse(k) for k in kills]
+        self.action = action
+        self._fired: set[int] = set()
+
+    def _parse(self, kill: Kill | Mapping[str, Any]) -> Kill:
+        if isinstance(kill, Mapping):
+            unknown = sorted(set(kill) - {"device", "phase", "at"})
+            if unknown or "device" not in kill or "phase" not in kill:
+                raise ConfigError("kills", dict(kill), "entries with keys device, phase and (optional) at")
+            kill = Kill(str(kill["device"]), str(kill["phase"]), kill.get("at", 0))
+        if not isinstance(kill, Kill):
+            raise ConfigError("kills", kill, "Kill(device, phase, at) or {'device': ..., 'phase': ..., 'at': ...}")
+        if kill.phase not in self.phases:
+            raise ConfigError("kills.phase", kill.phase, f"one of {', '.join(self.phases)}")
+        count = self.phases[kill.phase]
+        if not isinstance(kill.at, int) or isinstance(kill.at, bool) or not 0 <= kill.at < count:
+            raise ConfigError("kills.at", kill.at, f"an integer in [0, {count}) for phase {kill.phase!r}")
+        return kill
+
+    def check_devices(self, devices: Sequence[str]) -> None:
+        """Reject kills of devices the run does not have."""
+        for kill in self.kills:
+            if kill.device not in devices:
+                raise ConfigError("kills.device", kill.device, f"one of the run's devices: {', '.join(devices)}")
+
+    def due(self, phase: str, at: int) -> list[Kill]:
+        """Kills to fire now; each fires once."""
+        due = [i for i, k in enumerate(self.kills) if k.phase == phase and k.at == at and i not in self._fired]
+        self._fired.update(due)
+        return [self.kills[i] for i in due]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """JSON-ready form (a run's results are keyed by it)."""
+        return [asdict(k) for k in self.kills]
+
+    def __len__(self) -> int:
+        return len(self.kills)
+
+    @classmethod
+    def seeded(
+        cls, seed: int, n_kills: int, *, devices: Sequence[str], phases: Mapping[str, int]
+    ) -> list[KillSchedule]:
+        """``n_kills`` one-kill schedules at seeded random points, every phase at least once (when n_kills allows)."""
+        rng = np.random.default_rng(seed)
+        names = list(phases)
+        order = [names[i % len(names)] for i in range(n_kills)]
+        rng.shuffle(order)
+        return [
+            cls(
+                [Kill(str(rng.choice(list(devices))), phase, int(rng.integers(0, phases[phase])))],
+                phases=phases,
+            )
+            for phase in order
+        ]
+
+
+def kill_worker(client: Any, address: str, *, local: bool) -> int:
+    """SIGKILL the worker process at ``address``; return its pid.
+
+    ``local``: the worker runs on this host (an emulated cluster), so the signal
+    is sent from here and has landed when this returns. Otherwise the worker
+    kills itself (a real device: the only way in).
+    """
+    pid = int(client.run(os.getpid, workers=[address])[address])
+    if local:
+        os.kill(pid, signal.SIGKILL)
+    else:
+        client.run(_kill_self, workers=[address], wait=False)
+    return pid
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

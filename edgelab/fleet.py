@@ -1,0 +1,360 @@
+"""The devices a run uses on a Dask cluster, and their recovery when one dies.
+
+A ``Fleet`` knows each device by name and finds its worker through the
+scheduler (a restarted worker comes back under the same name at a new
+address). Every exchange with the devices goes through it:
+
+* ``send`` puts a value on one device (a direct scatter to its worker);
+* ``submit`` runs a task pinned to a device by its Dask resource;
+* ``wait`` waits for tasks while watching the scheduler's view of the workers,
+  so a device that dies is noticed within ``POLL_S``, not when a timeout ends;
+* ``run`` calls a function on devices' workers (``client.run``);
+* ``attempt(phase, at, body)`` runs one step of a run and, when a device was
+  lost during it, waits (bounded) for the device to come back, prepares it
+  again through the runtime's ``prepare`` callback (its data, its model, its
+  monitor) and runs the step again from the state the caller kept.
+
+So the mechanism holds for any runtime that keeps its state where a restart
+cannot reach it (the parameter server's weights, a pipeline's inputs) and can
+rebuild a device from there. Nothing a lost device held is waited for: values
+it held are sent again by the step that needs them.
+
+A device that does not come back within ``restart_wait_s`` ends the run with
+``WorkerLostError`` naming it, the phase and how long we waited. Each recovery
+is recorded (``Fleet.recoveries``) and printed as one line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from distributed import Client, Future, KilledWorker, wait
+
+from edgelab.cluster import device_resource
+from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.faults import KillSchedule, kill_worker
+from edgelab.runtime import ShardMissingError
+
+T = TypeVar("T")
+
+# How often a wait looks at the scheduler's view of the workers.
+POLL_S = 0.5
+# How long a device may take to come back after its worker died (the nanny restarts it).
+RESTART_WAIT_S = 60.0
+# After this long without the device, ask the cluster to start its worker again (its nanny may be stuck).
+REVIVE_AFTER_S = 20.0
+# After an error that looks like a lost connection, how long to wait for the scheduler to confirm the loss.
+CONFIRM_S = 10.0
+# Recoveries per step before we stop trying.
+MAX_RECOVERIES = 3
+# Longest a step may take while every device stays connected (a paused or hung worker).
+STEP_TIMEOUT_S = 900.0
+
+
+@dataclass
+class _Pending:
+    """A recovery under way: filled in as the device comes back and is prepared again."""
+
+    devices: list[str]
+    phase: str
+    at: int
+    error: str
+    started: float  # the failed attempt's start (perf_counter)
+    detected: float
+    back: float = 0.0
+
+
+@dataclass
+class Fleet:
+    """The named devices of one run, and how to bring one back when it dies.
+
+    Parameters
+    ----------
+    client
+        Client of the cluster.
+    devices
+        Names of the devices (Dask worker names) the run uses.
+    prepare
+        Called with the names of devices that need their state (data, model,
+        monitor) set up: all of them by ``prepare_all``, and each device again
+        after it restarted.
+    kills
+        Faults to inject (``edgelab.faults``): device workers killed at chosen points.
+    kill_locally
+        Kill a worker by its process id from here (the emulated cluster runs
+        on this host) rather than from inside the worker.
+    restart_wait_s
+        How long a lost device may take to come back.
+    revive
+        ``revive(device)`` starts a device's worker again when it is not back
+        after ``REVIVE_AFTER_S`` (``DeviceCluster.revive``); ``None`` leaves it
+        to the device's own supervisor.
+    log
+        Where the one-line recovery messages go.
+    """
+
+    client: Client
+    devices: list[str]
+    prepare: Callable[[list[str]], Any]
+    kills: KillSchedule | None = None
+    kill_locally: bool = True
+    restart_wait_s: float = RESTART_WAIT_S
+    revive: Callable[[str], bool] | None = None
+    log: Callable[[str], None] = print
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
+    kills_fired: list[dict[str, Any]] = field(default_factory=list)
+    #: host wall seconds of the last step's successful attempt
+    last_attempt_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.restart_wait_s, int | float) or not self.restart_wait_s > 0:
+            raise ConfigError("restart_wait_s", self.restart_wait_s, "a number of seconds > 0")
+        if self.kills is not None:
+            self.kills.check_devices(self.devices)
+        # A device may be restarting as the run begins: wait for it as a recovery would.
+        deadline = time.monotonic() + self.restart_wait_s
+        while True:
+            view = self._view()
+            missing = [d for d in self.devices if d not in view]
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    "n_devices",
+                    len(self.devices),
+                    f"devices that are connected; {missing} missing after {self.restart_wait_s:.0f} s "
+                    f"(connected: {sorted(view)})",
+                )
+            time.sleep(0.1)
+        self.addresses = {d: view[d] for d in self.devices}
+        self._prepared: dict[str, str] = {}  # device -> the address it was prepared at
+        self._inflight: list[Future] = []
+        self._restarted: set[str] = set()
+        self._phase = ""
+        self._t0 = time.perf_counter()
+
+    # ------------------------------------------------------------ where ----
+
+    def _workers(self) -> dict[str, Any]:
+        return dict(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def _view(self) -> dict[str, str]:
+        """Device name -> address of its running worker, as the scheduler sees it now."""
+        return {str(w["name"]): a for a, w in self._workers().items() if w.get("status", "running") == "running"}
+
+    def lost(self) -> list[str]:
+        """Devices whose worker is gone or has been replaced since we last found it."""
+        view = self._view()
+        return [d for d in self.devices if view.get(d) != self.addresses[d]]
+
+    # ---------------------------------------------------------- talking ----
+
+    def send(self, device: str, value: Any) -> Future:
+        """Put ``value`` on ``device`` (straight to its worker) and return its future."""
+        [future] = self.client.scatter(
+            [value], workers=[self.addresses[device]], direct=True, hash=False, timeout=POLL_S * 4
+        )
+        self._inflight.append(future)
+        return future
+
+    def submit(self, device: str, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` on ``device``."""
+        future = self.client.submit(fn, *args, resources={device_resource(device): 1}, pure=False)
+        self._inflight.append(future)
+        return future
+
+    def wait(self, futures: Mapping[str, Future], *, timeout_s: float = STEP_TIMEOUT_S) -> None:
+        """Wait until every future is done; a device lost meanwhile ends the wait at once."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(futures.values())
+        while True:
+            try:
+                wait(pending, timeout=POLL_S)
+                return
+            except TimeoutError:
+                lost = self.lost()
+                if lost:
+                    raise _DeviceLost(lost) from None
+                if time.monotonic() > deadline:
+                    raise WorkerLostError(
+                        f"devices {sorted(futures)} did not answer within {timeout_s:.0f} s while all stayed "
+                        "connected; see the Dask dashboard for paused or hung workers"
+                    ) from None
+
+    def gather(self, futures: Mapping[str, Future]) -> dict[str, Any]:
+        """Results of done futures, by device."""
+        results = self.client.gather(list(futures.values()))
+        return dict(zip(futures, results, strict=True))
+
+    def call(self, device: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on ``device``, waited for with loss detection; its result."""
+        future = {device: self.submit(device, fn, *args)}
+        self.wait(future)
+        return self.gather(future)[device]
+
+    def run(self, devices: Iterable[str], fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
+        """``fn(*args, dask_worker=...)`` on each device's worker (``client.run``), by device."""
+        devices = list(devices)
+        # client.run connects to the addresses we give it and retries a dead one for the whole
+        # connect timeout (30 s); ask the scheduler first, which knows of a death within milliseconds.
+        lost = [d for d in self.lost() if d in devices]
+        if lost:
+            raise _DeviceLost(lost)
+        by_address = {self.addresses[d]: d for d in devices}
+        results = self.client.run(fn, *args, workers=list(by_address))
+        return {by_address[a]: r for a, r in results.items()}
+
+    # ------------------------------------------------------ faults, recovery ----
+
+    def point(self, phase: str, at: int = 0) -> None:
+        """Mark where the run is (recoveries name it) and fire the kills due here."""
+        self._phase = phase
+        if self.kills is None:
+            return
+        for kill in self.kills.due(phase, at):
+            address = self.addresses[kill.device]
+            if self.kills.action is not None:
+                self.kills.action(self.client, address)
+            else:
+                kill_worker(self.client, address, local=self.kill_locally)
+            self.kills_fired.append({"device": kill.device, "phase": phase, "at": at, "t": self._now()})
+
+    def prepare_all(self) -> None:
+        """Set up every device that is not set up at its current worker."""
+        todo = [d for d in self.devices if self._prepared.get(d) != self.addresses[d]]
+        if todo:
+            self.prepare(todo)
+            self._prepared.update({d: self.addresses[d] for d in todo})
+
+    def attempt(self, phase: str, at: int, body: Callable[[], T], *, prepare: bool = True) -> T:
+        """Run ``body``; when a device is lost during it, bring the device back and run ``body`` again.
+
+        ``phase`` and ``at`` (round, epoch ...) name the step in recoveries;
+        ``prepare=False`` for steps after which the devices' state no longer
+        matters (stopping the monitors): a lost device is then only waited for.
+        """
+        pending: _Pending | None = None
+        for attempt in range(MAX_RECOVERIES + 1):
+            start = time.perf_counter()
+            self._inflight = []
+            self._phase = phase
+            try:
+                if prepare:
+                    self.prepare_all()
+                if pending is not None:
+                    self._record(pending)
+                    pending = None
+                start = time.perf_counter()
+                result = body()
+                self.last_attempt_s = time.perf_counter() - start
+                return result
+            except Exception as exc:
+                lost = self._confirm_lost(exc)
+                if not lost:
+                    raise
+                if attempt == MAX_RECOVERIES:
+                    raise WorkerLostError(
+                        f"devices kept dying: {MAX_RECOVERIES} recoveries in {phase} {at}, last {lost} after {exc!r}"
+                    ) from exc
+                detected = time.perf_counter()
+                if pending is not None:
+                    # Lost again while being prepared: that recovery ends here, a new one starts.
+                    self._record(pending, resumed=False)
+                pending = _Pending(lost, self._phase, at, _one_line(exc), start, detected)
+                self._await_return(lost, pending)
+                if not prepare:
+                    self._record(pending)
+                    pending = None
+        raise AssertionError("unreachable")
+
+    def _confirm_lost(self, exc: BaseException) -> list[str]:
+        """Devices lost, by the scheduler's view (waited for briefly when the error says a connection broke)."""
+        if isinstance(exc, _DeviceLost):
+            return exc.devices
+        named = [exc.device] if isinstance(exc, ShardMissingError) and exc.device in self.devices else []
+        # A device that reports no shard has restarted, even if its new worker got the old address back.
+        self._restarted.update(named)
+        looks_lost = named or isinstance(exc, OSError | KilledWorker | CancelledError)
+        deadline = time.monotonic() + (CONFIRM_S if looks_lost else 0.0)
+        while True:
+            lost = sorted({*self.lost(), *named})
+            if lost or time.monotonic() >= deadline:
+                return lost
+            time.sleep(0.05)
+
+    def _await_return(self, lost: list[str], pending: _Pending) -> None:
+        """Wait until every lost device runs again (at a new address); cancel what the failed attempt left."""
+        if self._inflight:
+            self.client.cancel(self._inflight, force=True)
+            self._inflight = []
+        start = time.monotonic()
+        deadline = start + self.restart_wait_s
+        revived: set[str] = set()
+        while True:
+            view = self._view()
+            back = {d: view[d] for d in lost if d in view and (view[d] != self.addresses[d] or d in self._restarted)}
+            if len(back) == len(lost):
+                break
+            if self.revive is not None and time.monotonic() - start > min(REVIVE_AFTER_S, self.restart_wait_s / 2):
+                for device in sorted(set(lost) - set(back) - revived):
+                    revived.add(device)
+                    if self.revive(device):
+                        self.log(
+                            f"edgelab: device {device} was not back after {REVIVE_AFTER_S:.0f} s; started it again"
+                        )
+            if time.monotonic() > deadline:
+                missing = sorted(set(lost) - set(back))
+                seen = {str(w["name"]): (a, w.get("status")) for a, w in self._workers().items()}
+                raise WorkerLostError(
+                    f"device {', '.join(missing)} was lost during {pending.phase} {pending.at} and did not come "
+                    f"back within restart_wait_s={self.restart_wait_s:.0f} s ({pending.error}); last known at "
+                    f"{', '.join(self.addresses[d] for d in missing)}; the scheduler has {seen}"
+                )
+            time.sleep(0.1)
+        self.addresses.update(back)
+        for d in lost:
+            self._prepared.pop(d, None)  # its new worker holds nothing of the run
+            self._restarted.discard(d)
+        pending.back = time.perf_counter()
+
+    def _record(self, pending: _Pending, *, resumed: bool = True) -> None:
+        end = time.perf_counter()
+        for device in pending.devices:
+            row = {
+                "device": device,
+                "phase": pending.phase,
+                "at": pending.at,
+                "error": pending.error,
+                "t": pending.detected - self._t0,
+                "detect_s": pending.detected - pending.started,
+                "back_s": pending.back - pending.detected,
+                "time_lost_s": end - pending.started,
+                "t_resumed": end - self._t0,
+                "resumed": resumed,
+            }
+            self.recoveries.append(row)
+            then = f"{pending.phase} run again" if resumed else "lost again while being prepared"
+            self.log(
+                f"edgelab: device {device} lost during {pending.phase} {pending.at}; back after "
+                f"{row['back_s']:.1f} s, {row['time_lost_s']:.1f} s lost, {then}"
+            )
+
+    def _now(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def _one_line(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+class _DeviceLost(Exception):
+    """Raised inside a step when the scheduler no longer has a device's worker."""
+
+    def __init__(self, devices: list[str]) -> None:
+        super().__init__(f"devices lost: {devices}")
+        self.devices = devices

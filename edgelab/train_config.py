@@ -1,0 +1,155 @@
+"""What one data-parallel training run is, and whether it can run: checked before any cluster work.
+
+``TrainConfig`` holds a run's settings; ``check`` rejects a run that cannot
+work (too many devices for the data, a batch larger than a shard, more memory
+than the device has) with the parameter, the value and what is allowed;
+``phase_counts`` says how often a run reaches each of its phases (kills are
+placed by them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edgelab.devices import DeviceProfile
+from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.models import MODELS, ModelSpec, activation_floats_per_sample, parameter_count
+from edgelab.sync import STRATEGIES
+
+WORKER_DATA = ("shard", "full")
+PARTITIONS = ("iid", "label")
+SYNC_EVERY = ("batch", "epoch")
+#: The phases of a data-parallel run, in order; kills (edgelab.faults) are placed by them.
+PHASES = ("load", "monitor_start", "broadcast", "train", "gather", "aggregate", "evaluate", "monitor_stop")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run.
+
+    Parameters
+    ----------
+    model
+        ``"mlp"`` or ``"cnn"`` (``edgelab.models``).
+    n_devices
+        Devices that train (the parameter server is not one of them).
+    epochs, batch_size
+        Epochs over each device's data; batch size per device.
+    sync_every
+        ``"batch"`` or ``"epoch"``.
+    worker_data
+        ``"shard"`` or ``"full"`` (see module docstring).
+    partition
+        ``"iid"`` or ``"label"`` sharding when ``worker_data="shard"``.
+    learning_rate, weight_decay, seed
+        Local SGD step size and L2 decay; seed of weights, shards and batch order.
+    momentum
+        Momentum the parameter server keeps across rounds (0 = none).
+    strategy
+        Synchronization strategy (``edgelab.sync``).
+    """
+
+    model: str = "mlp"
+    n_devices: int = 1
+    epochs: int = 1
+    batch_size: int = 64
+    sync_every: str = "batch"
+    worker_data: str = "shard"
+    partition: str = "iid"
+    learning_rate: float = 0.05
+    seed: int = 0
+    strategy: str = "ps_sync"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _choice("model", self.model, MODELS)
+        _choice("sync_every", self.sync_every, SYNC_EVERY)
+        _choice("worker_data", self.worker_data, WORKER_DATA)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("strategy", self.strategy, STRATEGIES)
+        for name in ("n_devices", "epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(name, value, "an integer >= 1")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
+        self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model every device builds."""
+        return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed, weight_decay=self.weight_decay)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (results are keyed by it)."""
+        return asdict(self)
+
+
+def _choice(parameter: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(parameter, value, f"one of {', '.join(allowed)}")
+
+
+def samples_per_device(cfg: TrainConfig, n_train: int) -> list[int]:
+    """Training samples each device iterates per epoch."""
+    if cfg.worker_data == "full":
+        return [n_train] * cfg.n_devices
+    base, extra = divmod(n_train, cfg.n_devices)
+    return [base + (1 if i < extra else 0) for i in range(cfg.n_devices)]
+
+
+def estimate_memory_mb(model: str, batch_size: int, samples_on_device: int) -> dict[str, float]:
+    """Analytic memory a device needs above its framework's own footprint, in MB.
+
+    Weights, gradients, the delta sent back and the incoming copy of the global
+    weights (4 copies of the parameters), forward activations kept for the
+    backward pass and their gradients (2 x batch x activations), and the
+    device's training data held as float32 images.
+    """
+    mb = 2**20
+    params = 4 * parameter_count(model) * 4 / mb
+    activations = 2 * batch_size * activation_floats_per_sample(model) * 4 / mb
+    data = samples_on_device * (28 * 28 * 4 + 8) / mb
+    return {"parameters": params, "activations": activations, "data": data, "total": params + activations + data}
+
+
+def check(cfg: TrainConfig, *, n_train: int, profile: DeviceProfile) -> dict[str, float]:
+    """Reject a run that cannot work, before any cluster work starts.
+
+    Returns the memory estimate of the busiest device.
+    """
+    if cfg.n_devices > n_train:
+        raise ConfigError("n_devices", cfg.n_devices, f"at most the {n_train} training samples")
+    smallest = min(samples_per_device(cfg, n_train))
+    if cfg.batch_size > smallest:
+        raise ConfigError(
+            "batch_size",
+            cfg.batch_size,
+            f"at most the smallest shard, {smallest} samples ({n_train} samples over {cfg.n_devices} devices)",
+        )
+    busiest = max(samples_per_device(cfg, n_train))
+    estimate = estimate_memory_mb(cfg.model, cfg.batch_size, busiest)
+    if estimate["total"] > profile.usable_memory_mb:
+        raise DeviceMemoryError(
+            f"model={cfg.model!r} at batch_size={cfg.batch_size} with {busiest} "
+            f"samples per device needs about {estimate['total']:.0f} MB, more than the "
+            f"{profile.usable_memory_mb} MB a {profile.name} device has for training "
+            f"({profile.memory_mb} MB minus {profile.os_reserve_mb} MB for the OS); allowed: a smaller "
+            f"batch_size or sample_limit, worker_data='shard' over more devices, or a larger device_memory_mb"
+        )
+    return estimate
+
+
+def steps_per_device(cfg: TrainConfig, n_train: int) -> list[int]:
+    """Batches each device trains per epoch."""
+    return [math.ceil(n / cfg.batch_size) for n in samples_per_device(cfg, n_train)]
+
+
+def phase_counts(cfg: TrainConfig, n_train: int) -> dict[str, int]:
+    """How many times a run of ``cfg`` reaches each of its ``PHASES`` (kills are placed by it)."""
+    rounds = cfg.epochs * (max(steps_per_device(cfg, n_train)) if cfg.sync_every == "batch" else 1)
+    per_round = dict.fromkeys(("broadcast", "train", "gather", "aggregate"), rounds)
+    return {"load": 1, "monitor_start": 1, **per_round, "evaluate": cfg.epochs, "monitor_stop": 1}
