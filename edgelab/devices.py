@@ -122,6 +122,8 @@ class Calibration:
     speed_factor: float
     method: str
     host: str
+    # Where the device's rate comes from: an assumption unless someone measured the device.
+    device_gflops_source: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form for the report."""
@@ -177,4 +179,5 @@ def calibrate(profile: DeviceProfile, *, host_gflops: float | None = None) -> Ca
         speed_factor=factor,
         method="single-thread float32 GEMM 512x512 (numpy), best of 5",
         host=f"{platform.processor() or platform.machine()} / {platform.node()}",
+        device_gflops_source=profile.reference_note,
     )

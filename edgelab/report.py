@@ -2,8 +2,10 @@
 
 Every rendered catalog id goes to ``reports/<doc>/<item>.<ext>`` and gets an
 entry in ``reports/manifest.json``: its files, the data it ran on, the clock it
-shows, whether the paper's values are shown beside, and a status:
-``reproduced``, ``differs`` (with one line why) or ``not run``. Later
+shows, whether the paper's values are shown beside, a status (``reproduced``,
+``differs``, ``not judged``, each with its line why, or ``not run``), the
+verdict it rests on (``edgelab.verdict``: fitted and predicted cells, checks
+with their rules, noise) and the recoveries of lost devices during its runs. Later
 notebooks add their ids to the same manifest; entries are merged, and the file
 is replaced atomically.
 """
@@ -16,11 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from edgelab import verdict
 from edgelab.errors import ConfigError
 from edgelab.paths import reports_dir
 from edgelab.results import atomic_write_text
 
-STATUSES = ("reproduced", "differs", "not run")
+STATUSES = (*verdict.STATUSES, "not run")
 
 #: Every id of the park2020 catalog, so the manifest also says what is not run yet.
 PARK2020_IDS = (
@@ -44,13 +47,15 @@ class ReportItem:
     why: str = ""
     notebook: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
     generated: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ConfigError("status", self.status, f"one of {', '.join(STATUSES)}")
-        if self.status == "differs" and not self.why:
-            raise ConfigError("why", self.why, "one line saying why the result differs")
+        if self.status in ("differs", "not judged") and not self.why:
+            raise ConfigError("why", self.why, f"one line saying why the item {self.status}")
 
 
 def item_path(item_id: str, ext: str, root: Path | None = None) -> Path:

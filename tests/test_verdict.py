@@ -1,0 +1,292 @@
+"""The verdict policy (edgelab.verdict) and the park2020 items' use of it."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from edgelab import verdict as policy
+from edgelab.figures.park2020 import judge_fig4, judge_time_table
+from edgelab.reference import load_reference
+from edgelab.verdict import Check, Noise, decide, noise_of
+
+PAPER_TIME = pd.Series([100.0, 150.0, 200.0, 250.0], index=[1, 2, 3, 4])
+PAPER_ACC = pd.Series([0.96, 0.97, 0.97, 0.97], index=[1, 2, 3, 4])
+FULL = 60_000
+
+
+def _repeated(cells: dict[int, list[float]]) -> pd.Series:
+    """A series that repeats a device count once per run."""
+    index = [n for n, vs in cells.items() for _ in vs]
+    return pd.Series([v for vs in cells.values() for v in vs], index=index, dtype=float)
+
+
+def _table(
+    time: dict[int, list[float]],
+    *,
+    fitted: list[int] | None = None,
+    n_train: int = FULL,
+    paper: pd.Series = PAPER_TIME,
+    control: tuple[float, float] | None = None,
+) -> policy.Verdict:
+    acc = pd.Series(paper.index.map(PAPER_ACC.reindex(paper.index, fill_value=0.97).get), index=paper.index)
+    measured_acc = _repeated({n: [acc[n]] for n in time})
+    return judge_time_table(
+        paper,
+        _repeated(time),
+        acc,
+        measured_acc,
+        fitted=[1] if fitted is None else fitted,
+        n_train=n_train,
+        control=control,
+    )
+
+
+# ------------------------------------------------------------------ noise
+
+
+def test_noise_is_the_largest_relative_spread_of_repeated_cells() -> None:
+    # Prepare: N=1 three runs 90..110 (20% of 100), N=2 once, N=3 two runs 196..204 (4% of 200)
+    values = _repeated({1: [90.0, 100.0, 110.0], 2: [150.0], 3: [196.0, 204.0]})
+
+    # Execute
+    noise = noise_of(values)
+
+    # Assert
+    assert noise.cells[1] == (90.0, 100.0, 110.0, 3)
+    assert noise.cells[2] == (150.0, 150.0, 150.0, 1)
+    assert noise.relative == pytest.approx(0.2)
+    assert noise.describe().startswith("20.0% (largest spread; N=1: 20.0% over 3 runs, N=3: 4.0% over 2 runs)")
+
+
+def test_noise_without_repeats_is_not_measured() -> None:
+    # Execute
+    noise = noise_of(pd.Series([1.0, 2.0], index=[1, 2]))
+
+    # Assert
+    assert not noise.measured and math.isnan(noise.relative)
+    assert noise.describe() == "not measured (no cell repeated)"
+
+
+# --------------------------------------------------------------- decide
+
+
+def test_reproduced_needs_a_predicted_cell() -> None:
+    # Execute: every check holds, but the only cell that ran was fitted
+    verdict = decide([Check("level", True, "", "")], fitted=["N=1 time"], predicted=[], noise=Noise())
+
+    # Assert
+    assert verdict.status == "not judged"
+    assert verdict.why == "nothing predicted: only fitted cells ran"
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "status"),
+    [
+        ([True, True], "reproduced"),
+        ([True, False], "differs"),
+        ([None, False], "differs"),
+        ([True, None], "not judged"),
+        ([], "not judged"),
+    ],
+)
+def test_status_follows_the_checks(outcomes: list[bool | None], status: str) -> None:
+    # Prepare
+    checks = [Check(f"c{i}", o, "m", "r") for i, o in enumerate(outcomes)]
+
+    # Execute / Assert
+    assert decide(checks, fitted=[], predicted=["N=2"], noise=Noise()).status == status
+
+
+def test_a_failed_control_means_nothing_is_judged() -> None:
+    # Prepare
+    checks = [Check("level", True, "", ""), Check("control", False, "100 vs 130", "agree")]
+
+    # Execute
+    verdict = decide(checks, fitted=[], predicted=["N=2"], noise=Noise())
+
+    # Assert
+    assert verdict.status == "not judged"
+    assert verdict.why.startswith("control fails: control: 100 vs 130")
+
+
+def test_every_verdict_states_fitted_predicted_rules_and_noise_whatever_its_status() -> None:
+    # Execute
+    verdict = _table({1: [100.0, 101.0, 99.0], 2: [160.0], 3: [205.0, 203.0, 207.0]})
+    md = verdict.markdown()
+
+    # Assert
+    assert verdict.status == "reproduced"
+    assert "Fitted to the paper (not evidence): N=1 time (the calibration cell)" in md
+    assert "Predicted: N=2 time, N=3 time" in md
+    assert "Noise: 2.0% (largest spread" in md
+    for rule in ("median |error| <= 25%", "Kendall tau x direction >= 0.8", "|slope / paper's slope - 1| <= 25%"):
+        assert rule in md
+    assert {c["name"] for c in verdict.to_dict()["checks"]} == {"level", "trend", "slope", "accuracy"}
+
+
+# ----------------------------------------------------------- time tables
+
+
+def test_only_the_fitted_cell_ran_is_not_judged() -> None:
+    # Execute
+    verdict = _table({1: [100.0, 100.0, 100.0]})
+
+    # Assert
+    assert verdict.status == "not judged"
+    assert verdict.predicted == ["N=1 accuracy"] or "nothing predicted" not in verdict.why
+    assert [c.passed for c in verdict.checks if c.name in ("level", "trend", "slope")] == [None, None, None]
+
+
+def test_a_slope_twice_the_papers_differs_even_when_every_cell_is_close() -> None:
+    # Prepare: the paper rises 10 s per device; the measurement 20 s, yet within 10% at every cell
+    paper = pd.Series([200.0, 210.0, 220.0], index=[1, 2, 3])
+
+    # Execute
+    verdict = _table({1: [200.0], 2: [220.0], 3: [240.0]}, paper=paper)
+
+    # Assert
+    checks = {c.name: c for c in verdict.checks}
+    assert checks["level"].passed is True
+    assert checks["slope"].passed is False
+    assert checks["slope"].measured.startswith("+20 s/device vs paper +10 s/device over N=1..3")
+    assert verdict.status == "differs"
+
+
+def test_the_slope_is_compared_over_the_same_device_counts() -> None:
+    # Prepare: Table 1 rises 61 s/device over N=1..3 but 49 over N=1..10
+    ref = load_reference("park2020/table1")
+    rows = ref[ref["metric"] == "elapsed_time_s"]
+    paper = pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
+
+    # Execute: a measurement that follows the paper over N=1..3
+    check = policy.slope(paper, paper[[1, 2, 3]], Noise(), unit=" s")
+
+    # Assert
+    assert check.passed is True
+    assert "+61.5 s/device vs paper +61.5 s/device over N=1..3" in check.measured
+
+
+def test_a_trend_inside_the_noise_is_not_a_trend() -> None:
+    # Prepare: a 2% rise where repeated runs spread by 10%
+    time = _repeated({1: [95.0, 100.0, 105.0], 2: [101.0], 3: [97.0, 102.0, 107.0]})
+
+    # Execute
+    check = policy.trend(time.groupby(level=0).median(), +1, noise_of(time), claim="time")
+
+    # Assert
+    assert check.passed is False
+    assert check.note == "the change is inside the noise (10.0%)"
+
+
+def test_noise_larger_than_the_tolerance_cannot_judge_the_level() -> None:
+    # Prepare: N=3 repeats spread by 40%
+    verdict = _table({1: [100.0], 2: [150.0], 3: [160.0, 200.0, 240.0]})
+
+    # Assert
+    level = next(c for c in verdict.checks if c.name == "level")
+    assert level.passed is None and level.note == "noise 40% exceeds the tolerance"
+    assert verdict.status == "not judged"
+
+
+def test_accuracy_is_judged_only_at_the_papers_data_size() -> None:
+    # Execute
+    small = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=1_920)
+    full = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=FULL)
+
+    # Assert
+    acc_small = next(c for c in small.checks if c.name == "accuracy")
+    assert acc_small.passed is None
+    assert acc_small.note == "trained on 1,920 of the paper's 60,000 samples; judged only at the paper's size"
+    assert small.status == "not judged" and full.status == "reproduced"
+
+
+def test_the_control_of_identical_runs_uses_the_measured_noise() -> None:
+    # Execute: N=1 full and shard 12% apart while repeats spread 2%
+    verdict = _table({1: [100.0, 101.0, 99.0], 2: [150.0], 3: [200.0, 202.0, 198.0]}, control=(100.0, 112.0))
+
+    # Assert
+    assert verdict.status == "not judged"
+    assert "control fails" in verdict.why
+
+
+def test_the_papers_own_time_series_pass_the_trend_rule() -> None:
+    # The rule must not demand more than the reference itself shows (each table has a dip).
+    for item_id in ("park2020/table1", "park2020/table2"):
+        # Prepare
+        ref = load_reference(item_id)
+        rows = ref[ref["metric"] == "elapsed_time_s"]
+        paper = pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
+
+        # Execute
+        check = policy.trend(paper, +1, Noise(), claim="time")
+
+        # Assert
+        assert check.passed is True, (item_id, check)
+
+
+def test_a_constant_series_does_not_grow() -> None:
+    # Execute
+    check = policy.trend(pd.Series(100.0, index=[1, 2, 3, 4]), +1, Noise(), claim="time")
+
+    # Assert
+    assert check.passed is False and check.measured.startswith("tau +nan")
+
+
+# -------------------------------------------------------------- figure 4
+
+
+def test_fig4a_a_fall_of_a_hundredth_is_no_effect() -> None:
+    # Execute: 19.0 -> 18.99, the review's example
+    verdict = judge_fig4("park2020/fig4a", _repeated({1: [19.0], 2: [18995.0 / 1000], 3: [18.99]}))
+
+    # Assert
+    effect = next(c for c in verdict.checks if c.name == "effect")
+    assert effect.passed is False
+    assert verdict.status == "differs"
+
+
+def test_fig4a_checks_the_level_where_the_paper_gives_values() -> None:
+    # Execute: falls clearly, but reads 8.1 at N=10 against the paper's 14
+    cells = {1: [20.0], 5: [12.0], 10: [8.1]}
+    verdict = judge_fig4("park2020/fig4a", _repeated(cells))
+
+    # Assert
+    level = next(c for c in verdict.checks if c.name == "level")
+    assert level.passed is False
+    assert "worst 42.1% at N=10 (8.1 vs 14)" in level.measured
+    assert verdict.status == "differs"
+
+
+def test_fig4a_a_value_exactly_at_the_tolerance_holds_whatever_the_float_noise() -> None:
+    # Prepare: one busy thread on four cores reads 25% (the paper says about 20): exactly 25% off
+    for value in (25.0, 25.000000000000004, 24.999999999999996):
+        # Execute
+        check = policy.level(pd.Series({1: 20.0}), pd.Series({1: value}), [1], Noise(), each=True)
+
+        # Assert
+        assert check.passed is True, value
+
+
+@pytest.mark.parametrize("item_id", ["park2020/fig4c", "park2020/fig4d"])
+def test_fig4_network_bounds(item_id: str) -> None:
+    # Execute: nothing at N=1, traffic at N=2 (the paper shows none), over 1000 KB/s from 3 on
+    verdict = judge_fig4(item_id, _repeated({1: [0.0], 2: [900.0], 3: [1500.0], 10: [1200.0]}))
+
+    # Assert
+    bounds = [c for c in verdict.checks if c.name == "bound"]
+    assert [c.passed for c in bounds] == [False, True]
+    assert bounds[0].measured == "N=1: 0 KB/s, N=2: 900 KB/s"
+    assert verdict.status == "differs"
+
+
+def test_fig4b_memory_that_does_not_rise_beyond_the_noise_differs() -> None:
+    # Execute: +5 MB where repeats spread 10 MB
+    verdict = judge_fig4("park2020/fig4b", _repeated({1: [740.0, 746.0, 750.0], 2: [748.0], 3: [745.0, 751.0, 755.0]}))
+
+    # Assert
+    trend = next(c for c in verdict.checks if c.name == "trend")
+    assert trend.passed is False
+    assert verdict.status == "differs"
