@@ -116,12 +116,15 @@ class Fleet:
         if self.kills is not None:
             self.kills.check_devices(self.devices)
         # A device may be restarting as the run begins: wait for it as a recovery would.
-        deadline = time.monotonic() + self.restart_wait_s
+        start = time.monotonic()
+        deadline = start + self.restart_wait_s
+        revived: set[str] = set()
         while True:
             view = self._view()
             missing = [d for d in self.devices if d not in view]
             if not missing:
                 break
+            self._revive_late(missing, time.monotonic() - start, revived)
             if time.monotonic() > deadline:
                 raise ConfigError(
                     "n_devices",
@@ -299,13 +302,7 @@ class Fleet:
             back = {d: view[d] for d in lost if d in view and (view[d] != self.addresses[d] or d in self._restarted)}
             if len(back) == len(lost):
                 break
-            if self.revive is not None and time.monotonic() - start > min(REVIVE_AFTER_S, self.restart_wait_s / 2):
-                for device in sorted(set(lost) - set(back) - revived):
-                    revived.add(device)
-                    if self.revive(device):
-                        self.log(
-                            f"edgelab: device {device} was not back after {REVIVE_AFTER_S:.0f} s; started it again"
-                        )
+            self._revive_late(sorted(set(lost) - set(back)), time.monotonic() - start, revived)
             if time.monotonic() > deadline:
                 missing = sorted(set(lost) - set(back))
                 seen = {str(w["name"]): (a, w.get("status")) for a, w in self._workers().items()}
@@ -320,6 +317,16 @@ class Fleet:
             self._prepared.pop(d, None)  # its new worker holds nothing of the run
             self._restarted.discard(d)
         pending.back = time.perf_counter()
+
+    def _revive_late(self, missing: list[str], waited: float, revived: set[str]) -> None:
+        """Ask the cluster to start missing devices again, once each, when their own restart is late."""
+        if self.revive is None or waited <= min(REVIVE_AFTER_S, self.restart_wait_s / 2):
+            return
+        for device in missing:
+            if device not in revived:
+                revived.add(device)
+                if self.revive(device):
+                    self.log(f"edgelab: device {device} was not back after {waited:.0f} s; started it again")
 
     def _record(self, pending: _Pending, *, resumed: bool = True) -> None:
         end = time.perf_counter()
