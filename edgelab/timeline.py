@@ -142,6 +142,9 @@ def compose(
 ) -> pd.DataFrame:
     """Emulated duration of every synchronous round of a run.
 
+    The same arithmetic as ``round_time``, for all rounds at once (a run of the
+    paper's size has ~1,000 rounds, and a calibration composes it many times).
+
     Parameters
     ----------
     records
@@ -163,33 +166,44 @@ def compose(
     if not speed_factor > 0:
         raise ConfigError("speed_factor", speed_factor, "a number > 0")
     topology = topology or Topology()
-    rows = []
-    for rnd, group in records.sort_values(["round", "device_index"]).groupby("round", sort=True):
-        compute = group["cpu_s"].to_numpy(dtype=float) * speed_factor
-        if topology.master_is_device and int(group["device_index"].iloc[0]) != 0:
-            # The master's device sat this round out (its shard ran out): nobody is local.
-            topology_here = Topology(topology.ps_link, topology.duplex, master_is_device=False)
-        else:
-            topology_here = topology
-        duration, _ = round_time(
-            compute,
-            group["bytes_received"].to_numpy(dtype=float),
-            group["bytes_sent"].to_numpy(dtype=float),
-            link_bytes_per_s=profile.link_bytes_per_s,
-            latency_s=profile.latency_s,
-            topology=topology_here,
-        )
-        rows.append(
-            {
-                "round": rnd,
-                "epoch": int(group["epoch"].iloc[0]),
-                "round_s": duration,
-                "compute_max_s": float(compute.max()),
-                "compute_mean_s": float(compute.mean()),
-                "comm_s": duration - float(compute.max()),
-            }
-        )
-    out = pd.DataFrame(rows)
+    # (rounds, devices) arrays in device order; a device that sat a round out is absent from it.
+    grid = records.pivot_table(
+        index="round", columns="device_index", values=["cpu_s", "bytes_received", "bytes_sent"], aggfunc="first"
+    ).sort_index(axis=1)
+    present = grid["cpu_s"].notna().to_numpy()
+    compute = grid["cpu_s"].fillna(0.0).to_numpy(dtype=float) * speed_factor
+    local = np.zeros_like(present)
+    if topology.master_is_device and 0 in grid["cpu_s"].columns:
+        local[:, 0] = present[:, 0]  # the master's own exchange stays local in the rounds it trains
+    remote = present & ~local
+    rate, latency = profile.link_bytes_per_s, profile.latency_s
+    pull = np.where(remote, latency + grid["bytes_received"].fillna(0.0).to_numpy(dtype=float) / rate, 0.0)
+    push = np.where(remote, latency + grid["bytes_sent"].fillna(0.0).to_numpy(dtype=float) / rate, 0.0)
+    if topology.ps_link == "per_device":
+        ready = pull + compute
+        duration = np.where(present, ready + push, -np.inf).max(axis=1)
+    else:
+        ready = np.cumsum(pull, axis=1) + compute
+        order = np.argsort(np.where(present, ready, np.inf), axis=1, kind="stable")
+        ready_sorted, push_sorted = np.take_along_axis(ready, order, 1), np.take_along_axis(push, order, 1)
+        remote_sorted = np.take_along_axis(remote, order, 1)
+        receive_free = np.zeros(len(ready)) if topology.duplex == "full" else pull.sum(axis=1)
+        for k in range(ready.shape[1]):
+            queued = np.maximum(receive_free, ready_sorted[:, k]) + push_sorted[:, k]
+            receive_free = np.where(remote_sorted[:, k], queued, receive_free)
+        duration = np.maximum(receive_free, np.where(present, ready, -np.inf).max(axis=1))
+    compute_max = np.where(present, compute, -np.inf).max(axis=1)
+    epochs = records.groupby("round")["epoch"].first().reindex(grid.index)
+    out = pd.DataFrame(
+        {
+            "round": grid.index.to_numpy(),
+            "epoch": epochs.to_numpy(dtype=int),
+            "round_s": duration,
+            "compute_max_s": compute_max,
+            "compute_mean_s": compute.sum(axis=1) / present.sum(axis=1),
+            "comm_s": duration - compute_max,
+        }
+    )
     out["elapsed_s"] = out["round_s"].cumsum()
     return out
 

@@ -355,3 +355,43 @@ def test_wire_bytes_of_one_device_with_the_master_on_it_are_zero() -> None:
 
     # Assert
     assert out.loc["pi3b-0"].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "topology",
+    [Topology(p, d, m) for p in ("shared", "per_device") for d in ("full", "half") for m in (True, False)],
+    ids=str,
+)
+def test_compose_equals_round_time_round_by_round(seed: int, topology: Topology) -> None:
+    # Prepare: random rounds where devices with the smaller shards sit the last rounds out
+    rng = np.random.default_rng(seed)
+    n, rounds = int(rng.integers(1, 6)), int(rng.integers(1, 8))
+    steps = sorted(rng.integers(1, rounds + 1, n), reverse=True)
+    rows = [
+        (r, 0, i, f"pi3b-{i}", rng.uniform(0, 0.5), int(rng.integers(0, 2000)), int(rng.integers(0, 2000)))
+        for r in range(rounds)
+        for i in range(n)
+        if r < steps[i]
+    ]
+    records = pd.DataFrame(
+        rows, columns=["round", "epoch", "device_index", "device", "cpu_s", "bytes_received", "bytes_sent"]
+    ).sample(frac=1.0, random_state=seed)
+
+    # Execute
+    out = compose(records, SLOW, speed_factor=2.0, topology=topology)
+
+    # Assert: each round as round_time computes it on its own
+    for rnd, group in records.sort_values(["round", "device_index"]).groupby("round"):
+        here = (
+            topology if int(group["device_index"].iloc[0]) == 0 else Topology(topology.ps_link, topology.duplex, False)
+        )
+        expected, _ = round_time(
+            group["cpu_s"].to_numpy() * 2.0,
+            group["bytes_received"].to_numpy(dtype=float),
+            group["bytes_sent"].to_numpy(dtype=float),
+            link_bytes_per_s=SLOW.link_bytes_per_s,
+            latency_s=SLOW.latency_s,
+            topology=here,
+        )
+        assert out.set_index("round").loc[rnd, "round_s"] == pytest.approx(expected)
