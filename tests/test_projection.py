@@ -245,6 +245,10 @@ def test_render_emulated_labels_assumptions_and_shows_the_noise(plan: lenet.Plan
         assert item.verdict["checks"]
     table = (tmp_path / "park2020" / "table2.md").read_text()
     assert "calibrated, full: range of repeats (s)" in table
+    # The same runs under each link model, labelled as alternatives
+    assert "Link models, full setting" in table
+    for name in lenet.LINK_MODELS:
+        assert f"| {name} | " in table
 
 
 # ------------------------------------------------------------ manifest, calibration

@@ -301,6 +301,14 @@ def _store(
 # ------------------------------------------------------------ summaries ----
 
 
+#: The link models the same runs are recomposed under, to see which explains the paper's growth.
+LINK_MODELS = {
+    f"{duplex} duplex, master {'on device 0' if on_device else 'separate'}": Topology("shared", duplex, on_device)
+    for on_device in (True, False)
+    for duplex in ("full", "half")
+}
+
+
 @dataclass
 class LenetSummary:
     """Every run read on its clocks, and how each clock was set."""
@@ -311,6 +319,8 @@ class LenetSummary:
     topology: Topology
     clocks: list[str]  # the clocks the rows are on, primary first
     recoveries: pd.DataFrame  # every recovery of every run, with its run's cell
+    # The same runs under each of LINK_MODELS, each fitted on its own 1-device cell (emulated runs only).
+    link_models: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
@@ -324,7 +334,7 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
     """
     profile, topology = plan.profile, plan.params.topology
     attached = bool(runs) and all(is_attached(r) for r in runs)
-    rows, calibration = [], {}
+    rows, calibration, alternatives = [], {}, []
     for model in sorted({r.params["train"]["model"] for r in runs}):
         model_runs = [r for r in runs if r.params["train"]["model"] == model]
         if attached:
@@ -352,9 +362,35 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
             rows.append(_row(r, profile, "nominal", nominal, topology))
             if fitted is not None:
                 rows.append(_row(r, profile, "calibrated", fitted, topology))
+        if ones:
+            alternatives += _link_models(model_runs, ones, profile, paper_1)
     frame = pd.DataFrame(rows)
     clocks = [c for c in ("wall", "calibrated", "nominal") if not frame.empty and (frame["clock"] == c).any()]
-    return LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, _recoveries(runs))
+    summary = LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, _recoveries(runs))
+    summary.link_models = pd.DataFrame(alternatives)
+    return summary
+
+
+def _link_models(
+    runs: list[StoredRun], ones: list[StoredRun], profile: DeviceProfile, paper_1: float
+) -> list[dict[str, Any]]:
+    """Projected times of ``runs`` under every link model, each fitted on the median of ``ones``."""
+    out = []
+    for name, topology in LINK_MODELS.items():
+        factor = fit_speed_factor(ones, profile, topology=topology, target_s=paper_1, paper_train_size=PAPER_TRAIN_SIZE)
+        if factor is None:
+            continue
+        for r in runs:
+            row = _row(r, profile, "calibrated", factor, topology)
+            out.append(
+                {
+                    "link_model": name,
+                    **{k: row[k] for k in ("model", "devices", "worker_data", "repeat")},
+                    "speed_factor": factor,
+                    "projected_s": row["projected_s"],
+                }
+            )
+    return out
 
 
 def _row(run: StoredRun, profile: DeviceProfile, clock: str, factor: float, topology: Topology) -> dict[str, Any]:

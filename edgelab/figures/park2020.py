@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from edgelab import verdict as policy
@@ -90,6 +91,36 @@ def _recovery_lines(summary: LenetSummary, model: str) -> list[str]:
         lines.append(
             f"- N={r.devices} {r.worker_data} (repeat {r.repeat}): {r.device} lost during {r.phase} {r.at}, "
             f"back after {r.back_s:.1f} s, {r.time_lost_s:.1f} s lost"
+        )
+    return lines
+
+
+def _link_model_lines(summary: LenetSummary, model: str, setting: str, paper_time: pd.Series) -> list[str]:
+    """The same runs under each link model (labelled alternatives; the verdict judges the chosen one)."""
+    alt = summary.link_models
+    if alt.empty:
+        return []
+    alt = alt[(alt["model"] == model) & (alt["worker_data"] == setting)]
+    lines = [
+        "",
+        f"Link models, {setting} setting (the same runs recomposed, each fitted on its own N=1 cell; "
+        f"alternatives, not the verdict):",
+        "",
+        "| link model | speed factor | slope (s/device) | paper's slope, same N | median error | worst error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, rows in alt.groupby("link_model", sort=False):
+        cells = rows.groupby("devices")["projected_s"].median()
+        shared = [n for n in cells.index if n in paper_time.index]
+        predicted = [n for n in shared if n != 1]
+        if len(shared) < 2 or not predicted:
+            continue
+        slope = np.polyfit(shared, cells[shared].to_numpy(float), 1)[0]
+        paper_slope = np.polyfit(shared, paper_time[shared].to_numpy(float), 1)[0]
+        errors = (cells[predicted] / paper_time[predicted] - 1).abs()
+        lines.append(
+            f"| {name} | {rows['speed_factor'].iloc[0]:.2f} | {slope:+.0f} | {paper_slope:+.0f} | "
+            f"{errors.median():.0%} | {errors.max():.0%} at N={errors.idxmax()} |"
         )
     return lines
 
@@ -221,6 +252,7 @@ def _time_table(
             "",
             verdict.markdown(),
             markdown_table(grid.reset_index().rename(columns={"index": "devices"})),
+            *_link_model_lines(summary, model, headline, paper_time),
             *_recovery_lines(summary, model),
         ]
     )
