@@ -98,16 +98,33 @@ class KillSchedule:
 
     @classmethod
     def seeded(
-        cls, seed: int, n_kills: int, *, devices: Sequence[str], phases: Mapping[str, int]
+        cls,
+        seed: int,
+        n_kills: int,
+        *,
+        devices: Sequence[str],
+        phases: Mapping[str, int],
+        runs_on: Mapping[str, str] | None = None,
     ) -> list[KillSchedule]:
-        """``n_kills`` one-kill schedules at seeded random points, every phase at least once (when n_kills allows)."""
+        """``n_kills`` one-kill schedules at seeded random points, every phase at least once (when n_kills allows).
+
+        ``runs_on`` names the one device a phase runs on (the evaluation runs on
+        the first device): killing another device there would not disturb it.
+        """
         rng = np.random.default_rng(seed)
         names = list(phases)
         order = [names[i % len(names)] for i in range(n_kills)]
         rng.shuffle(order)
+        runs_on = dict(runs_on or {})
         return [
             cls(
-                [Kill(str(rng.choice(list(devices))), phase, int(rng.integers(0, phases[phase])))],
+                [
+                    Kill(
+                        runs_on.get(phase) or str(rng.choice(list(devices))),
+                        phase,
+                        int(rng.integers(0, phases[phase])),
+                    )
+                ],
                 phases=phases,
             )
             for phase in order
