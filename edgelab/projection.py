@@ -31,6 +31,12 @@ from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 
 CLOCKS = ("calibrated", "nominal", "wall")
+#: The link models the same runs are recomposed under, to see which explains a paper's growth.
+LINK_MODELS = {
+    f"{duplex} duplex, master {'on device 0' if on_device else 'separate'}": Topology("shared", duplex, on_device)
+    for on_device in (True, False)
+    for duplex in ("full", "half")
+}
 
 
 def is_attached(run: StoredRun) -> bool:
@@ -133,6 +139,65 @@ def fit_speed_factor(
         return float(np.median(times))
 
     return timeline.solve_speed_factor(projected, target_s)
+
+
+def link_models(
+    runs: Sequence[StoredRun],
+    ones: Sequence[StoredRun],
+    profile: DeviceProfile,
+    *,
+    target_s: float,
+    paper_train_size: int,
+) -> list[dict[str, Any]]:
+    """Projected times of ``runs`` under every one of ``LINK_MODELS``, each fitted on the median of ``ones``.
+
+    Labelled alternatives to the chosen link model: the same measurements,
+    recomposed, show which model of the network explains a paper's growth.
+    """
+    out = []
+    for name, topology in LINK_MODELS.items():
+        factor = fit_speed_factor(
+            ones, profile, topology=topology, target_s=target_s, paper_train_size=paper_train_size
+        )
+        if factor is None:
+            continue
+        for run in runs:
+            row = run_summary(
+                run,
+                profile,
+                clock="calibrated",
+                speed_factor=factor,
+                topology=topology,
+                paper_train_size=paper_train_size,
+            )
+            out.append(
+                {
+                    "link_model": name,
+                    **{k: row[k] for k in ("model", "devices", "worker_data", "repeat")},
+                    "speed_factor": factor,
+                    "projected_s": row["projected_s"],
+                }
+            )
+    return out
+
+
+def recoveries(runs: Sequence[StoredRun]) -> pd.DataFrame:
+    """Every recovery of a lost device during ``runs``, with its run's cell."""
+    frames = []
+    for run in runs:
+        rec = run.tables.get("recoveries")
+        if rec is not None and not rec.empty:
+            cfg = run.params["train"]
+            frames.append(
+                rec.assign(
+                    model=cfg["model"],
+                    devices=cfg["n_devices"],
+                    worker_data=cfg["worker_data"],
+                    repeat=run.params.get("repeat", 0),
+                )
+            )
+    columns = ["model", "devices", "worker_data", "repeat", "device", "phase", "at", "back_s", "time_lost_s"]
+    return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def _host_use(monitor: pd.DataFrame) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,15 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "park2020_lenet.i
 LENET_IDS = [f"park2020/{i}" for i in ("table1", "table2", "fig4a", "fig4b", "fig4c", "fig4d")]
 
 pytestmark = pytest.mark.notebook
+
+
+def _execute(out: Path, parameters: dict[str, Any]) -> None:
+    """Run the notebook with papermill into ``out``, as ``edgelab reproduce`` does."""
+    import papermill
+
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(out), parameters=parameters, cwd=str(NOTEBOOK.parent), progress_bar=False
+    )
 
 
 def _outputs(nb_path: Path) -> str:
@@ -25,8 +35,6 @@ def _outputs(nb_path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    import papermill
-
     # Prepare: a small smoke configuration writing into fresh folders
     root = tmp_path_factory.mktemp("papermill")
     params = {
@@ -39,12 +47,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
     # Execute: twice with the same parameters; the second run must reuse stored results
     first, second = root / "first.ipynb", root / "second.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOK), str(first), parameters=params, cwd=str(NOTEBOOK.parent), progress_bar=False
-    )
-    papermill.execute_notebook(
-        str(NOTEBOOK), str(second), parameters=params, cwd=str(NOTEBOOK.parent), progress_bar=False
-    )
+    _execute(first, params)
+    _execute(second, params)
     return {"root": root, "first": first, "second": second}
 
 
@@ -93,40 +97,28 @@ def test_rerun_with_same_parameters_reuses_results(smoke_run: dict[str, Path]) -
 
 
 def test_bad_parameter_fails_before_cluster_work(tmp_path: Path) -> None:
-    import papermill
     from papermill.exceptions import PapermillExecutionError
 
     # Execute: a batch larger than a shard (640 samples over 20 devices = 32 < 64)
-    out = tmp_path / "bad.ipynb"
+    params = {
+        "device_counts": [20],
+        "sample_limit": 640,
+        "results_dir": str(tmp_path / "r"),
+        "reports_dir": str(tmp_path / "rep"),
+    }
     with pytest.raises(PapermillExecutionError) as info:
-        papermill.execute_notebook(
-            str(NOTEBOOK),
-            str(out),
-            cwd=str(NOTEBOOK.parent),
-            progress_bar=False,
-            parameters={
-                "device_counts": [20],
-                "sample_limit": 640,
-                "results_dir": str(tmp_path / "r"),
-                "reports_dir": str(tmp_path / "rep"),
-            },
-        )
+        _execute(tmp_path / "bad.ipynb", params)
     # Assert: the error names the parameter, and nothing was stored
     assert "batch_size=64" in str(info.value)
     assert not (tmp_path / "r").exists()
 
 
 def test_a_recovery_shows_in_the_notebook_and_in_the_report(tmp_path: Path) -> None:
-    import papermill
-
     # Execute: one 2-device run whose second device is killed in round 2
     out = tmp_path / "killed.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOK),
-        str(out),
-        cwd=str(NOTEBOOK.parent),
-        progress_bar=False,
-        parameters={
+    _execute(
+        out,
+        {
             "models": ["mlp"],
             "device_counts": [2],
             "worker_data": ["shard"],

@@ -16,7 +16,7 @@ from edgelab.devices import calibrate, get_profile
 from edgelab.errors import ConfigError
 from edgelab.experiments import park2020_lenet as lenet
 from edgelab.figures.park2020 import render_lenet
-from edgelab.projection import fit_speed_factor, run_summary
+from edgelab.projection import LINK_MODELS, fit_speed_factor, run_summary
 from edgelab.report import PARK2020_IDS, ReportItem, update_manifest
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
@@ -247,7 +247,7 @@ def test_render_emulated_labels_assumptions_and_shows_the_noise(plan: lenet.Plan
     assert "calibrated, full: range of repeats (s)" in table
     # The same runs under each link model, labelled as alternatives
     assert "Link models, full setting" in table
-    for name in lenet.LINK_MODELS:
+    for name in LINK_MODELS:
         assert f"| {name} | " in table
 
 

@@ -28,7 +28,7 @@ from edgelab.devices import DeviceProfile, calibrate, get_profile, with_memory
 from edgelab.errors import ConfigError
 from edgelab.faults import KillSchedule
 from edgelab.models import parameter_count
-from edgelab.projection import fit_speed_factor, is_attached, run_summary
+from edgelab.projection import fit_speed_factor, is_attached, link_models, recoveries, run_summary
 from edgelab.reference import load_reference
 from edgelab.results import ResultsStore, StoredRun
 from edgelab.timeline import Topology
@@ -301,14 +301,6 @@ def _store(
 # ------------------------------------------------------------ summaries ----
 
 
-#: The link models the same runs are recomposed under, to see which explains the paper's growth.
-LINK_MODELS = {
-    f"{duplex} duplex, master {'on device 0' if on_device else 'separate'}": Topology("shared", duplex, on_device)
-    for on_device in (True, False)
-    for duplex in ("full", "half")
-}
-
-
 @dataclass
 class LenetSummary:
     """Every run read on its clocks, and how each clock was set."""
@@ -319,7 +311,7 @@ class LenetSummary:
     topology: Topology
     clocks: list[str]  # the clocks the rows are on, primary first
     recoveries: pd.DataFrame  # every recovery of every run, with its run's cell
-    # The same runs under each of LINK_MODELS, each fitted on its own 1-device cell (emulated runs only).
+    # The same runs under each of projection.LINK_MODELS, each fitted on its own 1-device cell (emulated only).
     link_models: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
@@ -363,58 +355,18 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
             if fitted is not None:
                 rows.append(_row(r, profile, "calibrated", fitted, topology))
         if ones:
-            alternatives += _link_models(model_runs, ones, profile, paper_1)
+            alternatives += link_models(model_runs, ones, profile, target_s=paper_1, paper_train_size=PAPER_TRAIN_SIZE)
     frame = pd.DataFrame(rows)
     clocks = [c for c in ("wall", "calibrated", "nominal") if not frame.empty and (frame["clock"] == c).any()]
-    summary = LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, _recoveries(runs))
+    summary = LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, recoveries(runs))
     summary.link_models = pd.DataFrame(alternatives)
     return summary
-
-
-def _link_models(
-    runs: list[StoredRun], ones: list[StoredRun], profile: DeviceProfile, paper_1: float
-) -> list[dict[str, Any]]:
-    """Projected times of ``runs`` under every link model, each fitted on the median of ``ones``."""
-    out = []
-    for name, topology in LINK_MODELS.items():
-        factor = fit_speed_factor(ones, profile, topology=topology, target_s=paper_1, paper_train_size=PAPER_TRAIN_SIZE)
-        if factor is None:
-            continue
-        for r in runs:
-            row = _row(r, profile, "calibrated", factor, topology)
-            out.append(
-                {
-                    "link_model": name,
-                    **{k: row[k] for k in ("model", "devices", "worker_data", "repeat")},
-                    "speed_factor": factor,
-                    "projected_s": row["projected_s"],
-                }
-            )
-    return out
 
 
 def _row(run: StoredRun, profile: DeviceProfile, clock: str, factor: float, topology: Topology) -> dict[str, Any]:
     return run_summary(
         run, profile, clock=clock, speed_factor=factor, topology=topology, paper_train_size=PAPER_TRAIN_SIZE
     )
-
-
-def _recoveries(runs: list[StoredRun]) -> pd.DataFrame:
-    frames = []
-    for r in runs:
-        rec = r.tables.get("recoveries")
-        if rec is not None and not rec.empty:
-            cfg = r.params["train"]
-            frames.append(
-                rec.assign(
-                    model=cfg["model"],
-                    devices=cfg["n_devices"],
-                    worker_data=cfg["worker_data"],
-                    repeat=r.params.get("repeat", 0),
-                )
-            )
-    columns = ["model", "devices", "worker_data", "repeat", "device", "phase", "at", "back_s", "time_lost_s"]
-    return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def deterministic_facts(plan: Plan) -> pd.DataFrame:

@@ -19,17 +19,26 @@ import pandas as pd
 
 from edgelab import verdict as policy
 from edgelab.experiments.park2020_lenet import PAPER_TRAIN_SIZE, TABLE_OF_MODEL, LenetSummary
+from edgelab.figures.park2020_hardware import hardware_figures, judge_fig4
+from edgelab.figures.runs import (
+    CLOCK_LABEL,
+    assumptions,
+    cell_medians,
+    error_bars,
+    long_rows,
+    paper_series,
+    recovery_records,
+    run_repeats,
+    run_values,
+    spread_row,
+)
 from edgelab.figures.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
 from edgelab.report import ReportItem
 from edgelab.verdict import Noise, Verdict, noise_of
 
+__all__ = ["hardware_figures", "judge_fig4", "judge_time_table", "render_lenet"]
+
 SETTING_LABEL = {"full": "each device iterates the full dataset", "shard": "each device iterates its 1/N shard"}
-CLOCK_LABEL = {
-    "calibrated": "emulated device time, speed factor fitted on the paper's 1-device cell",
-    "nominal": "emulated device time, nominal speed factor (host GEMM rate over the device's assumed rate)",
-    "wall": "measured wall time on the attached cluster (nothing emulated, nothing fitted)",
-}
 
 
 def render_lenet(
@@ -43,43 +52,11 @@ def render_lenet(
         if (summary.runs["model"] == model).any():
             items.append(_time_table(summary, model, item_id, root, common))
     if (summary.runs["model"] == "cnn").any():
-        items += _hardware_figures(summary, root, common)
+        items += hardware_figures(summary, root, common)
     return items
 
 
 # --------------------------------------------------------------- helpers ----
-
-
-def _paper_series(item_id: str, metric: str) -> pd.Series:
-    ref = load_reference(item_id)
-    rows = ref[ref["metric"] == metric]
-    return pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
-
-
-def _values(runs: pd.DataFrame, clock: str, worker_data: str, column: str) -> pd.Series:
-    """Every run's value, indexed by device count (repeated cells repeat the index)."""
-    rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
-    return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int))
-
-
-def _cells(values: pd.Series) -> pd.Series:
-    """One value per device count: the median over its repeats."""
-    return values.groupby(level=0).median()
-
-
-def _long_rows(series: str, metric: str, values: pd.Series) -> list[dict[str, Any]]:
-    """One long-format row per device count, for the csv beside each table."""
-    return [{"series": series, "devices": n, "metric": metric, "value": v} for n, v in values.items()]
-
-
-def _spread_row(noise: Noise) -> dict[int, str]:
-    return {n: f"{lo:,.0f}-{hi:,.0f} ({n_runs} runs)" for n, (lo, _, hi, n_runs) in noise.cells.items() if n_runs > 1}
-
-
-def _error_bars(ax: Any, noise: Noise, color: Any) -> None:
-    for n, (lo, mid, hi, n_runs) in noise.cells.items():
-        if n_runs > 1:
-            ax.errorbar([n], [mid], yerr=[[mid - lo], [hi - mid]], color=color, capsize=4, linewidth=1)
 
 
 def _recovery_lines(summary: LenetSummary, model: str) -> list[str]:
@@ -125,24 +102,6 @@ def _link_model_lines(summary: LenetSummary, model: str, setting: str, paper_tim
     return lines
 
 
-def _recovery_records(summary: LenetSummary, model: str) -> list[dict[str, Any]]:
-    return summary.recoveries[summary.recoveries["model"] == model].to_dict("records")
-
-
-def _assumptions(summary: LenetSummary, model: str) -> str:
-    cal = summary.calibration[model]
-    host = cal["host"]
-    device_rate = (
-        f"device {host['device_gflops']} GFLOPS assumed (not measured on a Pi)"
-        if host.get("device_gflops") is not None
-        else "the device is the host"
-    )
-    return (
-        f"Assumptions: {summary.topology.describe()}; "
-        f"host {host['host_gflops']} GFLOPS measured (single-thread GEMM), {device_rate}."
-    )
-
-
 def _clock_line(summary: LenetSummary, model: str, n_train: int) -> str:
     cal = summary.calibration[model]
     clock = cal["clock"]
@@ -167,15 +126,21 @@ def judge_time_table(
     *,
     fitted: list[int],
     n_train: int,
-    control: tuple[float, float] | None = None,
+    other: pd.Series | None = None,
+    settings: tuple[str, str] = ("full", "shard"),
 ) -> Verdict:
     """The verdict of a time/accuracy table: level, trend and slope of the time, the accuracy, a control.
 
-    ``time`` and ``acc`` repeat a device count once per repeated run; ``fitted``
-    lists the device counts whose time was fitted to the paper.
+    ``time`` and ``acc`` (the judged setting) repeat a device count once per
+    repeated run; ``fitted`` lists the device counts whose time was fitted to
+    the paper. ``other`` is the other setting's time: its repeats count in the
+    noise, and at N=1 (the same computation) it is the control.
     """
-    noise = noise_of(time)
-    cells, acc_cells = _cells(time), _cells(acc)
+    noises = {settings[0]: noise_of(time)}
+    if other is not None:
+        noises[settings[1]] = noise_of(other)
+    noise = Noise.combine(noises)
+    cells, acc_cells = cell_medians(time), cell_medians(acc)
     predicted = [n for n in cells.index if n not in fitted and n in paper_time.index]
     checks = [
         policy.level(paper_time, cells, predicted, noise, unit=" s"),
@@ -183,8 +148,9 @@ def judge_time_table(
         policy.slope(paper_time, cells, noise, unit=" s"),
         policy.accuracy(paper_acc, acc_cells, n_train=n_train, paper_n_train=PAPER_TRAIN_SIZE),
     ]
-    if control is not None:
-        checks.append(policy.control(*control, noise, what="N=1 full and shard (the same computation)"))
+    if other is not None and 1 in time.index and 1 in other.index:
+        what = f"N=1 {settings[0]} and {settings[1]} (the same computation)"
+        checks.append(policy.control(time[time.index == 1], other[other.index == 1], what=what))
     return policy.decide(
         checks,
         fitted=[f"N={n} time (the calibration cell)" for n in fitted],
@@ -199,53 +165,52 @@ def _time_table(
     import matplotlib.pyplot as plt
 
     runs = summary.runs[summary.runs["model"] == model]
-    paper_time = _paper_series(item_id, "elapsed_time_s")
-    paper_acc = _paper_series(item_id, "validation_accuracy")
+    paper_time = paper_series(item_id, "elapsed_time_s")
+    paper_acc = paper_series(item_id, "validation_accuracy")
     clock = summary.calibration[model]["clock"]
     clocks = [c for c in summary.clocks if (runs["clock"] == c).any()]
     settings = sorted(runs["worker_data"].unique())
     headline = "full" if "full" in settings else settings[0]
     n_train = int(runs["n_train"].iloc[0])
 
-    long = _long_rows("paper", "elapsed_time_s", paper_time) + _long_rows("paper", "validation_accuracy", paper_acc)
+    long = long_rows("paper", "elapsed_time_s", paper_time) + long_rows("paper", "validation_accuracy", paper_acc)
     wide: dict[str, Any] = {"paper elapsed time (s)": paper_time}
     for c in clocks:
         for wd in settings:
-            values = _values(runs, c, wd, "projected_s")
-            wide[f"{c}, {wd} (s)"] = _cells(values).round(0)
+            values = run_values(runs, c, wd, "projected_s")
+            wide[f"{c}, {wd} (s)"] = cell_medians(values).round(0)
             if c == clock:
-                wide[f"{c}, {wd}: range of repeats (s)"] = pd.Series(_spread_row(noise_of(values)), dtype=object)
+                wide[f"{c}, {wd}: range of repeats (s)"] = pd.Series(spread_row(noise_of(values)), dtype=object)
             long += [
                 {"series": f"{wd} {c}", "devices": n, "metric": "elapsed_time_s", "value": v, "repeat": r}
-                for (n, v), r in zip(values.items(), _repeats(runs, c, wd), strict=True)
+                for (n, v), r in zip(values.items(), run_repeats(runs, c, wd), strict=True)
             ]
     wide["paper accuracy"] = paper_acc
     for wd in settings:
-        a = _cells(_values(runs, clock, wd, "accuracy"))
+        a = cell_medians(run_values(runs, clock, wd, "accuracy"))
         wide[f"accuracy, {wd}"] = a.round(3)
-        long += _long_rows(f"measured {wd}", "validation_accuracy", a)
+        long += long_rows(f"measured {wd}", "validation_accuracy", a)
     table = pd.DataFrame(long).assign(id=item_id, model=model)
     grid = pd.DataFrame(wide).reindex(range(1, 11)).T
     grid.columns = [str(c) for c in grid.columns]
 
-    time = _values(runs, clock, headline, "projected_s")
-    ones = {wd: _cells(_values(runs, clock, wd, "projected_s")).get(1) for wd in settings}
-    control = (ones["full"], ones["shard"]) if None not in (ones.get("full"), ones.get("shard")) else None
+    others = [wd for wd in settings if wd != headline]
     verdict = judge_time_table(
         paper_time,
-        time,
+        run_values(runs, clock, headline, "projected_s"),
         paper_acc,
-        _values(runs, clock, headline, "accuracy"),
+        run_values(runs, clock, headline, "accuracy"),
         fitted=[1] if clock == "calibrated" else [],
         n_train=n_train,
-        control=control,
+        other=run_values(runs, clock, others[0], "projected_s") if others else None,
+        settings=(headline, others[0] if others else ""),
     )
     md = "\n".join(
         [
             f"# {item_id}: time and accuracy, LeNet-{model.upper()} on MNIST, batch 64, sync per batch",
             "",
             _clock_line(summary, model, n_train),
-            _assumptions(summary, model),
+            assumptions(summary, model),
             f"Settings: full = {SETTING_LABEL['full']}; shard = {SETTING_LABEL['shard']}. "
             f"The verdict judges the {headline} setting; the other is shown beside it.",
             f"Data: {summary.dataset['source']} ({summary.dataset['checksum_status']}).",
@@ -261,14 +226,14 @@ def _time_table(
     fig, (ax_t, ax_a) = plt.subplots(1, 2, figsize=(11, 4))
     ax_t.plot(paper_time.index, paper_time.to_numpy(), **PAPER_STYLE)
     for wd in settings:
-        values = _values(runs, clock, wd, "projected_s")
-        cells = _cells(values)
+        values = run_values(runs, clock, wd, "projected_s")
+        cells = cell_medians(values)
         (line,) = ax_t.plot(cells.index, cells.to_numpy(), marker="o", label=f"{wd} ({clock})")
-        _error_bars(ax_t, noise_of(values), line.get_color())
+        error_bars(ax_t, noise_of(values), line.get_color())
     ax_t.set(xlabel="devices", ylabel=f"elapsed time per epoch (s), {clock} clock", xticks=range(1, 11))
     ax_a.plot(paper_acc.index, paper_acc.to_numpy(), **PAPER_STYLE)
     for wd in settings:
-        a = _cells(_values(runs, clock, wd, "accuracy"))
+        a = cell_medians(run_values(runs, clock, wd, "accuracy"))
         ax_a.plot(a.index, a.to_numpy(), marker="o", label=f"measured, {wd}")
     ax_a.set(xlabel="devices", ylabel="validation accuracy", xticks=range(1, 11))
     ax_t.legend(fontsize=8, title="bars: range of repeats", title_fontsize=7)
@@ -283,169 +248,9 @@ def _time_table(
         status=verdict.status,
         why=verdict.why,
         verdict=verdict.to_dict(),
-        recoveries=_recovery_records(summary, model),
+        recoveries=recovery_records(summary, model),
         **common,
     )
-
-
-def _repeats(runs: pd.DataFrame, clock: str, worker_data: str) -> list[int]:
-    rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
-    return rows["repeat"].astype(int).tolist()
-
-
-# -------------------------------------------------------------- figure 4 ----
-
-# item -> (column, y label, catalog metric, clock it is on, claim, direction)
-_FIG4: dict[str, tuple[str, str, str, str, str, int]] = {
-    "park2020/fig4a": (
-        "cpu_pct",
-        "CPU utilisation (% of the device's cores)",
-        "cpu_utilization_pct",
-        "primary",
-        "CPU utilisation",
-        -1,
-    ),
-    "park2020/fig4b": (
-        "rss_mb_host",
-        "memory (RSS, MB) per device worker, host measurement",
-        "memory_usage_mb",
-        "host measurement (memory has no clock)",
-        "memory",
-        +1,
-    ),
-    # Ganglia reports bytes_out/bytes_in as rates, so the paper's "KB" is read as KB/s.
-    "park2020/fig4c": ("sent_kb_s", "KB/s sent per device (mean)", "network_send_kb", "primary", "traffic", +1),
-    "park2020/fig4d": (
-        "received_kb_s",
-        "KB/s received per device (mean)",
-        "network_receive_kb",
-        "primary",
-        "traffic",
-        +1,
-    ),
-}
-
-# Shown in each panel's CSV beside the plotted value: the other reading of the same quantity.
-_FIG4_SECONDARY = {
-    "park2020/fig4a": ("cpu_pct_host", "host CPU % of one core (contended host, not the device)"),
-    "park2020/fig4b": ("working_set_mb", "working set above the framework baseline (MB)"),
-    "park2020/fig4c": ("sent_kb_projected", "total KB sent per device per 60,000-sample epoch"),
-    "park2020/fig4d": ("received_kb_projected", "total KB received per device per 60,000-sample epoch"),
-}
-
-
-def _paper_points(item_id: str) -> pd.DataFrame:
-    """The paper's prose values of a fig4 panel, placed on the device axis."""
-    ref = load_reference(item_id)
-    points = []
-    for _, row in ref.iterrows():
-        cond = str(row["condition"])
-        if "3 to 10 devices" in cond:
-            points += [{"devices": n, "value": row["value"], "bound": "lower"} for n in range(3, 11)]
-        elif "fewest" in cond or "1 device" in cond:
-            points.append({"devices": 1, "value": row["value"], "bound": ""})
-        elif "most devices" in cond or "10 devices" in cond:
-            points.append({"devices": 10, "value": row["value"], "bound": ""})
-        elif "2 devices" in cond:
-            points.append({"devices": 2, "value": row["value"], "bound": ""})
-    return pd.DataFrame(points, columns=["devices", "value", "bound"])
-
-
-def judge_fig4(item_id: str, values: pd.Series) -> Verdict:
-    """The verdict of a fig4 panel: the paper's stated direction with an effect size, and its values.
-
-    ``values`` repeats a device count once per repeated run.
-    """
-    column, _, _, _, claim, direction = _FIG4[item_id]
-    noise = noise_of(values)
-    cells = _cells(values)
-    paper = _paper_points(item_id)
-    exact = paper[paper["bound"] == ""].set_index("devices")["value"]
-    if item_id in ("park2020/fig4c", "park2020/fig4d"):
-        # The paper shows no traffic at 1-2 devices and over 1000 KB from 3 on (P16, P17).
-        checks = [
-            policy.bound(cells, [1, 2], upper=0.0, claim="no traffic at 1-2 devices", unit=" KB/s"),
-            policy.bound(cells, list(range(3, 11)), lower=1000.0, claim="over 1000 KB from 3 devices", unit=" KB/s"),
-        ]
-        predicted = [f"N={n}" for n in cells.index if n <= 10]
-    else:
-        shared = [n for n in exact.index if n in cells.index]
-        checks = [
-            policy.trend(cells, direction, noise, claim=claim),
-            policy.effect(cells, direction, noise, claim=claim),
-            policy.level(exact, cells, shared, noise, each=True),
-        ]
-        predicted = [f"N={n}" for n in cells.index]
-    return policy.decide(checks, fitted=[], predicted=predicted, noise=noise)
-
-
-def _hardware_figures(summary: LenetSummary, root: Path | None, common: dict[str, Any]) -> list[ReportItem]:
-    import matplotlib.pyplot as plt
-
-    cnn = summary.runs[summary.runs["model"] == "cnn"]
-    clock = summary.calibration["cnn"]["clock"]
-    settings = sorted(cnn["worker_data"].unique())
-    headline = "full" if "full" in settings else settings[0]
-    items = []
-    for item_id, (column, ylabel, metric, on, _, _) in _FIG4.items():
-        item_clock = f"{CLOCK_LABEL[clock]}" if on == "primary" else on
-        paper = _paper_points(item_id)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        rows = [
-            {"series": "paper", "devices": int(r.devices), "value": r.value, "bound": r.bound}
-            for r in paper.itertuples()
-        ]
-        for wd in settings:
-            values = _values(cnn, clock, wd, column)
-            cells = _cells(values)
-            (line,) = ax.plot(cells.index, cells.to_numpy(), marker="o", label=f"measured, {wd}")
-            _error_bars(ax, noise_of(values), line.get_color())
-            rows += [
-                {"series": f"measured {wd} {clock}", "devices": n, "value": v, "bound": ""} for n, v in cells.items()
-            ]
-            column2, label2 = _FIG4_SECONDARY[item_id]
-            rows += [
-                {"series": f"measured {wd} {clock}: {label2}", "devices": n, "value": v, "bound": ""}
-                for n, v in _cells(_values(cnn, clock, wd, column2)).items()
-            ]
-        exact = paper[paper["bound"] == ""]
-        ax.scatter(exact["devices"], exact["value"], color="black", marker="s", zorder=3, label="paper")
-        lower = paper[paper["bound"] == "lower"]
-        if not lower.empty:
-            ax.scatter(
-                lower["devices"], lower["value"], color="black", marker="^", zorder=3, label="paper (lower bound)"
-            )
-        verdict = judge_fig4(item_id, _values(cnn, clock, headline, column))
-        ax.set(xlabel="devices", ylabel=f"{ylabel}, {clock} clock" if on == "primary" else ylabel, xticks=range(1, 11))
-        ax.set_title(f"{item_id} — LeNet-CNN ({verdict.status})", fontsize=11)
-        ax.legend(fontsize=8)
-        table = pd.DataFrame(rows).assign(id=item_id, metric=metric)
-        md = "\n".join(
-            [
-                f"# {item_id}",
-                "",
-                f"Clock: {item_clock}. Measured: the {headline} setting, median of repeats.",
-                _assumptions(summary, "cnn"),
-                "",
-                verdict.markdown(),
-            ]
-        )
-        tables = save_table(table, md, item_id, root=root)
-        png = save_figure(fig, item_id, root=root)
-        items.append(
-            ReportItem(
-                item_id,
-                [str(png), *map(str, tables)],
-                clock=item_clock,
-                paper_values_shown=True,
-                status=verdict.status,
-                why=verdict.why,
-                verdict=verdict.to_dict(),
-                recoveries=_recovery_records(summary, "cnn"),
-                **common,
-            )
-        )
-    return items
 
 
 def _fmt(value: float | None) -> str:

@@ -1,0 +1,174 @@
+"""Park et al. 2020, Figure 4 (a-d): CPU, memory and network of LeNet-CNN against the device count.
+
+The paper gives these panels' values only in its prose (a few points and
+bounds), so each is judged on the paper's stated direction with an effect
+size, and on every value it states (``edgelab.verdict``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from edgelab import verdict as policy
+from edgelab.experiments.park2020_lenet import LenetSummary
+from edgelab.figures.runs import CLOCK_LABEL, assumptions, cell_medians, error_bars, recovery_records, run_values
+from edgelab.figures.style import save_figure, save_table
+from edgelab.reference import load_reference
+from edgelab.report import ReportItem
+from edgelab.verdict import Verdict, noise_of
+
+# item -> (column, y label, catalog metric, clock it is on, claim, direction)
+_FIG4: dict[str, tuple[str, str, str, str, str, int]] = {
+    "park2020/fig4a": (
+        "cpu_pct",
+        "CPU utilisation (% of the device's cores)",
+        "cpu_utilization_pct",
+        "primary",
+        "CPU utilisation",
+        -1,
+    ),
+    "park2020/fig4b": (
+        "rss_mb_host",
+        "memory (RSS, MB) per device worker, host measurement",
+        "memory_usage_mb",
+        "host measurement (memory has no clock)",
+        "memory",
+        +1,
+    ),
+    # Ganglia reports bytes_out/bytes_in as rates, so the paper's "KB" is read as KB/s.
+    "park2020/fig4c": ("sent_kb_s", "KB/s sent per device (mean)", "network_send_kb", "primary", "traffic", +1),
+    "park2020/fig4d": (
+        "received_kb_s",
+        "KB/s received per device (mean)",
+        "network_receive_kb",
+        "primary",
+        "traffic",
+        +1,
+    ),
+}
+
+# Shown in each panel's CSV beside the plotted value: the other reading of the same quantity.
+_FIG4_SECONDARY = {
+    "park2020/fig4a": ("cpu_pct_host", "host CPU % of one core (contended host, not the device)"),
+    "park2020/fig4b": ("working_set_mb", "working set above the framework baseline (MB)"),
+    "park2020/fig4c": ("sent_kb_projected", "total KB sent per device per 60,000-sample epoch"),
+    "park2020/fig4d": ("received_kb_projected", "total KB received per device per 60,000-sample epoch"),
+}
+
+
+def _paper_points(item_id: str) -> pd.DataFrame:
+    """The paper's prose values of a fig4 panel, placed on the device axis."""
+    ref = load_reference(item_id)
+    points = []
+    for _, row in ref.iterrows():
+        cond = str(row["condition"])
+        if "3 to 10 devices" in cond:
+            points += [{"devices": n, "value": row["value"], "bound": "lower"} for n in range(3, 11)]
+        elif "fewest" in cond or "1 device" in cond:
+            points.append({"devices": 1, "value": row["value"], "bound": ""})
+        elif "most devices" in cond or "10 devices" in cond:
+            points.append({"devices": 10, "value": row["value"], "bound": ""})
+        elif "2 devices" in cond:
+            points.append({"devices": 2, "value": row["value"], "bound": ""})
+    return pd.DataFrame(points, columns=["devices", "value", "bound"])
+
+
+def judge_fig4(item_id: str, values: pd.Series) -> Verdict:
+    """The verdict of a fig4 panel: the paper's stated direction with an effect size, and its values.
+
+    ``values`` repeats a device count once per repeated run.
+    """
+    column, _, _, _, claim, direction = _FIG4[item_id]
+    noise = noise_of(values)
+    cells = cell_medians(values)
+    paper = _paper_points(item_id)
+    exact = paper[paper["bound"] == ""].set_index("devices")["value"]
+    if item_id in ("park2020/fig4c", "park2020/fig4d"):
+        # The paper shows no traffic at 1-2 devices and over 1000 KB from 3 on (P16, P17).
+        checks = [
+            policy.bound(cells, [1, 2], upper=0.0, claim="no traffic at 1-2 devices", unit=" KB/s"),
+            policy.bound(cells, list(range(3, 11)), lower=1000.0, claim="over 1000 KB from 3 devices", unit=" KB/s"),
+        ]
+        predicted = [f"N={n}" for n in cells.index if n <= 10]
+    else:
+        shared = [n for n in exact.index if n in cells.index]
+        checks = [
+            policy.trend(cells, direction, noise, claim=claim),
+            policy.effect(cells, direction, noise, claim=claim),
+            policy.level(exact, cells, shared, noise, each=True),
+        ]
+        predicted = [f"N={n}" for n in cells.index]
+    return policy.decide(checks, fitted=[], predicted=predicted, noise=noise)
+
+
+def hardware_figures(summary: LenetSummary, root: Path | None, common: dict[str, Any]) -> list[ReportItem]:
+    """Render fig4a-d from the LeNet-CNN runs, each with its verdict."""
+    import matplotlib.pyplot as plt
+
+    cnn = summary.runs[summary.runs["model"] == "cnn"]
+    clock = summary.calibration["cnn"]["clock"]
+    settings = sorted(cnn["worker_data"].unique())
+    headline = "full" if "full" in settings else settings[0]
+    items = []
+    for item_id, (column, ylabel, metric, on, _, _) in _FIG4.items():
+        item_clock = f"{CLOCK_LABEL[clock]}" if on == "primary" else on
+        paper = _paper_points(item_id)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        rows = [
+            {"series": "paper", "devices": int(r.devices), "value": r.value, "bound": r.bound}
+            for r in paper.itertuples()
+        ]
+        for wd in settings:
+            values = run_values(cnn, clock, wd, column)
+            cells = cell_medians(values)
+            (line,) = ax.plot(cells.index, cells.to_numpy(), marker="o", label=f"measured, {wd}")
+            error_bars(ax, noise_of(values), line.get_color())
+            rows += [
+                {"series": f"measured {wd} {clock}", "devices": n, "value": v, "bound": ""} for n, v in cells.items()
+            ]
+            column2, label2 = _FIG4_SECONDARY[item_id]
+            rows += [
+                {"series": f"measured {wd} {clock}: {label2}", "devices": n, "value": v, "bound": ""}
+                for n, v in cell_medians(run_values(cnn, clock, wd, column2)).items()
+            ]
+        exact = paper[paper["bound"] == ""]
+        ax.scatter(exact["devices"], exact["value"], color="black", marker="s", zorder=3, label="paper")
+        lower = paper[paper["bound"] == "lower"]
+        if not lower.empty:
+            ax.scatter(
+                lower["devices"], lower["value"], color="black", marker="^", zorder=3, label="paper (lower bound)"
+            )
+        verdict = judge_fig4(item_id, run_values(cnn, clock, headline, column))
+        ax.set(xlabel="devices", ylabel=f"{ylabel}, {clock} clock" if on == "primary" else ylabel, xticks=range(1, 11))
+        ax.set_title(f"{item_id} — LeNet-CNN ({verdict.status})", fontsize=11)
+        ax.legend(fontsize=8)
+        table = pd.DataFrame(rows).assign(id=item_id, metric=metric)
+        md = "\n".join(
+            [
+                f"# {item_id}",
+                "",
+                f"Clock: {item_clock}. Measured: the {headline} setting, median of repeats.",
+                assumptions(summary, "cnn"),
+                "",
+                verdict.markdown(),
+            ]
+        )
+        tables = save_table(table, md, item_id, root=root)
+        png = save_figure(fig, item_id, root=root)
+        items.append(
+            ReportItem(
+                item_id,
+                [str(png), *map(str, tables)],
+                clock=item_clock,
+                paper_values_shown=True,
+                status=verdict.status,
+                why=verdict.why,
+                verdict=verdict.to_dict(),
+                recoveries=recovery_records(summary, "cnn"),
+                **common,
+            )
+        )
+    return items

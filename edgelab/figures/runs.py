@@ -1,0 +1,82 @@
+"""Reading a summary's runs for figures and tables: one value per cell, its repeats, its spread.
+
+Rows of a summary (``edgelab.projection.run_summary``) repeat a device count
+once per repeated run; items show the median of each cell and the range of its
+repeats (a column of ranges in tables, error bars in figures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from edgelab.reference import load_reference
+from edgelab.verdict import Noise
+
+CLOCK_LABEL = {
+    "calibrated": "emulated device time, speed factor fitted on the paper's 1-device cell",
+    "nominal": "emulated device time, nominal speed factor (host GEMM rate over the device's assumed rate)",
+    "wall": "measured wall time on the attached cluster (nothing emulated, nothing fitted)",
+}
+
+
+def paper_series(item_id: str, metric: str) -> pd.Series:
+    """The paper's values of one metric of a table, indexed by device count."""
+    ref = load_reference(item_id)
+    rows = ref[ref["metric"] == metric]
+    return pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
+
+
+def run_values(runs: pd.DataFrame, clock: str, worker_data: str, column: str) -> pd.Series:
+    """Every run's value, indexed by device count (repeated cells repeat the index)."""
+    rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
+    return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int))
+
+
+def cell_medians(values: pd.Series) -> pd.Series:
+    """One value per device count: the median over its repeats."""
+    return values.groupby(level=0).median()
+
+
+def long_rows(series: str, metric: str, values: pd.Series) -> list[dict[str, Any]]:
+    """One long-format row per device count, for the csv beside each table."""
+    return [{"series": series, "devices": n, "metric": metric, "value": v} for n, v in values.items()]
+
+
+def spread_row(noise: Noise) -> dict[int, str]:
+    """``min-max (n runs)`` for every repeated cell, for a table row."""
+    return {n: f"{lo:,.0f}-{hi:,.0f} ({n_runs} runs)" for n, (lo, _, hi, n_runs) in noise.cells.items() if n_runs > 1}
+
+
+def error_bars(ax: Any, noise: Noise, color: Any) -> None:
+    """Draw the range of every repeated cell as an error bar around its median."""
+    for n, (lo, mid, hi, n_runs) in noise.cells.items():
+        if n_runs > 1:
+            ax.errorbar([n], [mid], yerr=[[mid - lo], [hi - mid]], color=color, capsize=4, linewidth=1)
+
+
+def recovery_records(summary: Any, model: str) -> list[dict[str, Any]]:
+    """The recoveries of a model's runs, for the manifest."""
+    return summary.recoveries[summary.recoveries["model"] == model].to_dict("records")
+
+
+def assumptions(summary: Any, model: str) -> str:
+    """One line: the link model and the speed rates, the device's labelled as assumed."""
+    cal = summary.calibration[model]
+    host = cal["host"]
+    device_rate = (
+        f"device {host['device_gflops']} GFLOPS assumed (not measured on a Pi)"
+        if host.get("device_gflops") is not None
+        else "the device is the host"
+    )
+    return (
+        f"Assumptions: {summary.topology.describe()}; "
+        f"host {host['host_gflops']} GFLOPS measured (single-thread GEMM), {device_rate}."
+    )
+
+
+def run_repeats(runs: pd.DataFrame, clock: str, worker_data: str) -> list[int]:
+    """The repeat index of every row ``run_values`` returns, in the same order."""
+    rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
+    return rows["repeat"].astype(int).tolist()
