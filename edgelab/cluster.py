@@ -49,6 +49,10 @@ _DEVICE_WORKER_CONFIG = {
     # A paused worker leaves its tasks waiting forever; the device budget is
     # checked by edgelab.train, and Dask still restarts a worker at 95 %.
     "distributed.worker.memory.pause": False,
+    # A device holds its shard and model, nothing Dask could spill to disk: spilling only
+    # logs "Unmanaged memory use is high" for every full-data device of a paper-sized run.
+    "distributed.worker.memory.target": False,
+    "distributed.worker.memory.spill": False,
 }
 
 

@@ -125,8 +125,11 @@ def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
     pause = cluster.client.run(lambda dask_worker: dask_worker.memory_manager.memory_pause_fraction)
     terminate = cluster.client.run(lambda dask_worker: dask_worker.memory_manager.memory_terminate_fraction, nanny=True)
 
-    # Assert: no pause, but the nanny still restarts a runaway worker
+    spill = cluster.client.run(lambda dask_worker: dask_worker.memory_manager.memory_spill_fraction)
+
+    # Assert: no pause and no spilling (a device holds nothing to spill), but the nanny still restarts a runaway worker
     assert list(pause.values()) == [False, False]
+    assert list(spill.values()) == [False, False]
     assert all(0 < t <= 1 for t in terminate.values())
 
 

@@ -302,6 +302,20 @@ def test_fig4_network_bounds(item_id: str) -> None:
     assert verdict.status == "differs"
 
 
+def test_fig4_noise_counts_the_other_settings_repeats() -> None:
+    # Execute: the judged setting repeats within 1%, the other by 2.0 in 25.5
+    verdict = judge_fig4(
+        "park2020/fig4a",
+        _repeated({1: [25.0, 25.0, 25.1], 3: [18.0, 18.1, 18.0]}),
+        setting="full",
+        others={"shard": _repeated({1: [25.0, 25.5, 27.0], 3: [20.0]})},
+    )
+
+    # Assert
+    assert verdict.noise.startswith("7.8% (largest spread; full N=1: 0.4% over 3 runs")
+    assert "shard N=1: 7.8% over 3 runs" in verdict.noise
+
+
 def test_fig4b_memory_that_does_not_rise_beyond_the_noise_differs() -> None:
     # Execute: +5 MB where repeats spread 10 MB
     verdict = judge_fig4("park2020/fig4b", _repeated({1: [740.0, 746.0, 750.0], 2: [748.0], 3: [745.0, 751.0, 755.0]}))

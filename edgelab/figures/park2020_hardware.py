@@ -18,7 +18,7 @@ from edgelab.figures.runs import CLOCK_LABEL, assumptions, cell_medians, error_b
 from edgelab.figures.style import save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
-from edgelab.verdict import Verdict, noise_of
+from edgelab.verdict import Noise, Verdict, noise_of
 
 # item -> (column, y label, catalog metric, clock it is on, claim, direction)
 _FIG4: dict[str, tuple[str, str, str, str, str, int]] = {
@@ -76,13 +76,16 @@ def _paper_points(item_id: str) -> pd.DataFrame:
     return pd.DataFrame(points, columns=["devices", "value", "bound"])
 
 
-def judge_fig4(item_id: str, values: pd.Series) -> Verdict:
+def judge_fig4(
+    item_id: str, values: pd.Series, *, setting: str = "full", others: dict[str, pd.Series] | None = None
+) -> Verdict:
     """The verdict of a fig4 panel: the paper's stated direction with an effect size, and its values.
 
-    ``values`` repeats a device count once per repeated run.
+    ``values`` (the judged setting) repeats a device count once per repeated
+    run; the repeats of ``others`` (the other settings shown) count in the noise.
     """
-    column, _, _, _, claim, direction = _FIG4[item_id]
-    noise = noise_of(values)
+    _, _, _, _, claim, direction = _FIG4[item_id]
+    noise = Noise.combine({setting: noise_of(values)} | {k: noise_of(v) for k, v in (others or {}).items()})
     cells = cell_medians(values)
     paper = _paper_points(item_id)
     exact = paper[paper["bound"] == ""].set_index("devices")["value"]
@@ -141,7 +144,8 @@ def hardware_figures(summary: LenetSummary, root: Path | None, common: dict[str,
             ax.scatter(
                 lower["devices"], lower["value"], color="black", marker="^", zorder=3, label="paper (lower bound)"
             )
-        verdict = judge_fig4(item_id, run_values(cnn, clock, headline, column))
+        others = {wd: run_values(cnn, clock, wd, column) for wd in settings if wd != headline}
+        verdict = judge_fig4(item_id, run_values(cnn, clock, headline, column), setting=headline, others=others)
         ax.set(xlabel="devices", ylabel=f"{ylabel}, {clock} clock" if on == "primary" else ylabel, xticks=range(1, 11))
         ax.set_title(f"{item_id} — LeNet-CNN ({verdict.status})", fontsize=11)
         ax.legend(fontsize=8)
