@@ -75,6 +75,9 @@ def test_good_parameters_plan_every_run_without_a_cluster() -> None:
     assert len(keys) == len(plan.runs)
     mlp_full = sorted(r for cfg, r in plan.runs if cfg.model == "mlp" and cfg.worker_data == "full")
     assert mlp_full == [0, 0, 0, 1, 1, 2, 2]
+    # The whole sweep runs once before any repeat, so a drift of the host spreads into every cell's repeats
+    order = [r for _, r in plan.runs]
+    assert order == sorted(order) and order.count(0) == len(plan.configs)
 
 
 def test_kills_apply_to_the_runs_that_have_the_device() -> None:

@@ -16,7 +16,7 @@ from edgelab.devices import calibrate, get_profile
 from edgelab.errors import ConfigError
 from edgelab.experiments import park2020_lenet as lenet
 from edgelab.figures.park2020 import render_lenet
-from edgelab.projection import LINK_MODELS, fit_speed_factor, run_summary
+from edgelab.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
 from edgelab.report import PARK2020_IDS, ReportItem, update_manifest
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
@@ -51,6 +51,7 @@ def _run(
                 "bytes_sent": nbytes,
                 "working_set_bytes": 2**20,
                 "round_wall_s": round_wall_s,
+                "samples": 64,
             }
             for r in range(ROUNDS)
             for i in range(n)
@@ -126,6 +127,45 @@ def test_fit_speed_factor_fits_the_median_of_the_cells_runs() -> None:
     assert factor == pytest.approx(42.0)
 
 
+# ------------------------------------------------------------ contention
+
+
+def test_contention_is_each_cells_per_sample_cpu_against_the_one_device_runs() -> None:
+    # Prepare: N=1 three times (0.009, 0.010, 0.011 s per 64-sample task), N=2 twice (0.012, 0.014)
+    runs = [_run("mlp", 1, cpu_s=c) for c in (0.009, 0.010, 0.011)] + [_run("mlp", 2, cpu_s=c) for c in (0.012, 0.014)]
+
+    # Execute
+    factors = contention(runs)
+
+    # Assert: medians 0.010 and 0.013
+    assert factors == {("mlp", 1): pytest.approx(1.0), ("mlp", 2): pytest.approx(1.3)}
+
+
+def test_contention_correction_keeps_the_noise_of_a_cell() -> None:
+    # Prepare: two N=2 runs 0.012 and 0.014 CPU s per task; cell factor 1.3
+    runs = [_run("mlp", 2, cpu_s=c, repeat=r) for r, c in enumerate((0.012, 0.014))]
+
+    # Execute
+    rows = [
+        run_summary(
+            r,
+            PI3B,
+            clock="nominal",
+            speed_factor=10.0,
+            topology=Topology(master_is_device=False),
+            paper_train_size=60_000,
+            contention=1.3,
+        )
+        for r in runs
+    ]
+
+    # Assert: both scaled by the same factor, so their ratio (the noise) is as measured
+    compute = [row["compute_share"] * row["elapsed_s"] for row in rows]
+    assert compute[1] / compute[0] == pytest.approx(0.014 / 0.012)
+    assert compute[0] == pytest.approx(ROUNDS * 0.012 / 1.3 * 10.0)
+    assert rows[0]["speed_factor"] == pytest.approx(10.0) and rows[0]["contention"] == pytest.approx(1.3)
+
+
 # ------------------------------------------------------------ run_summary
 
 
@@ -178,9 +218,12 @@ def test_summarize_emulated_fits_the_one_device_cell_and_predicts_the_rest(plan:
     assert cal["calibrated_speed_factor"] == pytest.approx(84.0)
     calibrated = summary.runs[summary.runs["clock"] == "calibrated"].set_index(["devices", "repeat"])
     assert calibrated.loc[(1, 0), "projected_s"] == pytest.approx(105.0)
-    # N=2, a prediction: 1.5x the compute, and device 1 pays the link's latency each way (no bytes here)
-    per_round = 0.015 * 84.0 + 2 * PI3B.latency_s
+    # N=2, a prediction: its batches cost 1.5x the CPU of N=1's, which is host contention and is divided out;
+    # device 1 pays the link's latency each way (no bytes here)
+    per_round = 0.015 / 1.5 * 84.0 + 2 * PI3B.latency_s
     assert calibrated.loc[(2, 0), "projected_s"] == pytest.approx(ROUNDS * per_round * SCALE)
+    assert calibrated.loc[(2, 0), "contention"] == pytest.approx(1.5)
+    assert calibrated.loc[(1, 0), "contention"] == pytest.approx(1.0)
 
 
 def test_summarize_on_a_real_cluster_shows_wall_time_and_fits_nothing(plan: lenet.Plan) -> None:
@@ -249,6 +292,8 @@ def test_render_emulated_labels_assumptions_and_shows_the_noise(plan: lenet.Plan
     assert "Link models, full setting" in table
     for name in LINK_MODELS:
         assert f"| {name} | " in table
+    assert "| full duplex, master on device 0, CPU as measured (no contention correction) | " in table
+    assert "Host contention removed: the same batch cost +200% CPU at N=3 against N=1" in table
 
 
 # ------------------------------------------------------------ manifest, calibration

@@ -28,7 +28,7 @@ from edgelab.devices import DeviceProfile, calibrate, get_profile, with_memory
 from edgelab.errors import ConfigError
 from edgelab.faults import KillSchedule
 from edgelab.models import parameter_count
-from edgelab.projection import fit_speed_factor, is_attached, link_models, recoveries, run_summary
+from edgelab.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
 from edgelab.reference import load_reference
 from edgelab.results import ResultsStore, StoredRun
 from edgelab.timeline import Topology
@@ -103,7 +103,12 @@ class LenetParams:
         return Topology(self.ps_link, self.duplex, self.master_is_device)
 
     def runs(self) -> list[tuple[TrainConfig, int]]:
-        """Every run: one per (model, device count, worker data), the end device counts ``repeats`` times."""
+        """Every run: one per (model, device count, worker data), the end device counts ``repeats`` times.
+
+        The whole sweep runs once before any repeat, so a drift of the host over
+        a session spreads into each cell's repeats instead of separating cells
+        that ran at different times (N=1 full and shard are one computation).
+        """
         counts = sorted(self.device_counts)
         ends = {counts[0], counts[-1]}
         return [
@@ -122,8 +127,9 @@ class LenetParams:
                 ),
                 r,
             )
+            for r in range(self.repeats)
             for m, n, w in itertools.product(self.models, counts, self.worker_data)
-            for r in range(self.repeats if n in ends else 1)
+            if r == 0 or n in ends
         ]
 
 
@@ -327,6 +333,8 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
     profile, topology = plan.profile, plan.params.topology
     attached = bool(runs) and all(is_attached(r) for r in runs)
     rows, calibration, alternatives = [], {}, []
+    # Host contention is an artefact of emulation: real devices (attached clusters) have none to remove.
+    factors = {} if attached else contention(runs)
     for model in sorted({r.params["train"]["model"] for r in runs}):
         model_runs = [r for r in runs if r.params["train"]["model"] == model]
         if attached:
@@ -351,11 +359,20 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
             "host": model_runs[0].summary["calibration"],
         }
         for r in model_runs:
-            rows.append(_row(r, profile, "nominal", nominal, topology))
+            cell = factors.get((model, int(r.params["train"]["n_devices"])), 1.0)
+            rows.append(_row(r, profile, "nominal", nominal, topology, cell))
             if fitted is not None:
-                rows.append(_row(r, profile, "calibrated", fitted, topology))
+                rows.append(_row(r, profile, "calibrated", fitted, topology, cell))
         if ones:
-            alternatives += link_models(model_runs, ones, profile, target_s=paper_1, paper_train_size=PAPER_TRAIN_SIZE)
+            alternatives += link_models(
+                model_runs,
+                ones,
+                profile,
+                target_s=paper_1,
+                paper_train_size=PAPER_TRAIN_SIZE,
+                contention=factors,
+                chosen=topology,
+            )
     frame = pd.DataFrame(rows)
     clocks = [c for c in ("wall", "calibrated", "nominal") if not frame.empty and (frame["clock"] == c).any()]
     summary = LenetSummary(frame, calibration, plan.dataset.provenance(), topology, clocks, recoveries(runs))
@@ -363,9 +380,17 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
     return summary
 
 
-def _row(run: StoredRun, profile: DeviceProfile, clock: str, factor: float, topology: Topology) -> dict[str, Any]:
+def _row(
+    run: StoredRun, profile: DeviceProfile, clock: str, factor: float, topology: Topology, contention: float = 1.0
+) -> dict[str, Any]:
     return run_summary(
-        run, profile, clock=clock, speed_factor=factor, topology=topology, paper_train_size=PAPER_TRAIN_SIZE
+        run,
+        profile,
+        clock=clock,
+        speed_factor=factor,
+        topology=topology,
+        paper_train_size=PAPER_TRAIN_SIZE,
+        contention=contention,
     )
 
 

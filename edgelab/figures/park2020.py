@@ -24,6 +24,7 @@ from edgelab.figures.runs import (
     CLOCK_LABEL,
     assumptions,
     cell_medians,
+    contention_line,
     error_bars,
     long_rows,
     paper_series,
@@ -210,6 +211,7 @@ def _time_table(
             f"# {item_id}: time and accuracy, LeNet-{model.upper()} on MNIST, batch 64, sync per batch",
             "",
             _clock_line(summary, model, n_train),
+            contention_line(summary, model),
             assumptions(summary, model),
             f"Settings: full = {SETTING_LABEL['full']}; shard = {SETTING_LABEL['shard']}. "
             f"The verdict judges the {headline} setting; the other is shown beside it.",

@@ -14,7 +14,15 @@ import pandas as pd
 
 from edgelab import verdict as policy
 from edgelab.experiments.park2020_lenet import LenetSummary
-from edgelab.figures.runs import CLOCK_LABEL, assumptions, cell_medians, error_bars, recovery_records, run_values
+from edgelab.figures.runs import (
+    CLOCK_LABEL,
+    assumptions,
+    cell_medians,
+    contention_line,
+    error_bars,
+    recovery_records,
+    run_values,
+)
 from edgelab.figures.style import save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
@@ -155,6 +163,7 @@ def hardware_figures(summary: LenetSummary, root: Path | None, common: dict[str,
                 f"# {item_id}",
                 "",
                 f"Clock: {item_clock}. Measured: the {headline} setting, median of repeats.",
+                contention_line(summary, "cnn") if on == "primary" else "",
                 assumptions(summary, "cnn"),
                 "",
                 verdict.markdown(),

@@ -80,3 +80,18 @@ def run_repeats(runs: pd.DataFrame, clock: str, worker_data: str) -> list[int]:
     """The repeat index of every row ``run_values`` returns, in the same order."""
     rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
     return rows["repeat"].astype(int).tolist()
+
+
+def contention_line(summary: Any, model: str) -> str:
+    """One line: the host contention the emulated clock removed from a model's runs, and the assumption behind it."""
+    rows = summary.runs[(summary.runs["model"] == model) & (summary.runs["clock"] != "wall")]
+    if rows.empty or "contention" not in rows:
+        return ""
+    cells = rows.groupby("devices")["contention"].first()
+    worst = cells.idxmax()
+    return (
+        f"Host contention removed: the same batch cost {cells[worst] - 1:+.0%} CPU at N={worst} against N=1 "
+        f"({worst} device processes share this host's 2 cores and caches; separate boards do not), so each "
+        f"cell's CPU is scaled to the 1-device runs' (assumed: a board's batch costs the same whatever the "
+        f"number of boards). Per N: " + ", ".join(f"{n}: x{c:.2f}" for n, c in cells.items()) + "."
+    )
