@@ -14,6 +14,9 @@ The checks, with their thresholds (all here, nowhere else):
 * **level**: the median relative error over a series' predicted cells is at
   most ``LEVEL_TOLERANCE`` (the worst cell is named); values the paper states
   one by one must each be within it.
+
+Where the noise is wider than a tolerance, a check cannot hold, but an error
+beyond the tolerance plus the noise is still a difference.
 * **trend**: Kendall's tau between the device count and the values, in the
   paper's direction, is at least ``TREND_TAU``, and the change from the first
   to the last cell exceeds the measured noise: a difference inside the noise
@@ -213,9 +216,15 @@ def level(
         f"median error {errors.median():.1%}, worst {errors.max():.1%} at N={worst} "
         f"({measured[worst]:,.4g}{unit} vs {paper[worst]:,.4g}{unit})"
     )
+    error = errors.max() if each else errors.median()
     if noise.measured and noise.relative > LEVEL_TOLERANCE:
+        # The noise is wider than the tolerance: only an error beyond both is a difference.
+        if not _within(error, LEVEL_TOLERANCE + noise.relative):
+            return Check(
+                "level", False, text, rule, f"off by more than the tolerance plus the noise ({noise.relative:.0%})"
+            )
         return Check("level", None, text, rule, f"noise {noise.relative:.0%} exceeds the tolerance")
-    return Check("level", _within(errors.max() if each else errors.median(), LEVEL_TOLERANCE), text, rule)
+    return Check("level", _within(error, LEVEL_TOLERANCE), text, rule)
 
 
 def trend(measured: pd.Series, direction: int, noise: Noise, *, claim: str) -> Check:
@@ -250,7 +259,12 @@ def slope(paper: pd.Series, measured: pd.Series, noise: Noise, *, unit: str = ""
         return Check("slope", None, text, rule, "the paper's slope is zero")
     # A slope's uncertainty from the noise of its end cells, spread over the range.
     uncertainty = (noise.relative if noise.measured else 0.0) * float(measured[cells].abs().max()) / (x[-1] - x[0])
-    if uncertainty > SLOPE_TOLERANCE * abs(theirs):
+    allowed = SLOPE_TOLERANCE * abs(theirs)
+    if uncertainty > allowed:
+        # The noise is wider than the tolerance: only a gap beyond both is a difference.
+        if not _within(abs(mine - theirs), allowed + uncertainty):
+            note = f"off by more than the tolerance plus what the noise allows (+-{uncertainty:,.3g}{unit}/device)"
+            return Check("slope", False, text, rule, note)
         return Check("slope", None, text, rule, f"noise allows +-{uncertainty:,.3g}{unit}/device")
     return Check("slope", _within(abs(mine / theirs - 1), SLOPE_TOLERANCE), text, rule)
 

@@ -193,6 +193,42 @@ def test_noise_larger_than_the_tolerance_cannot_judge_the_level() -> None:
     assert verdict.status == "not judged"
 
 
+def test_an_error_beyond_tolerance_and_noise_differs_even_when_the_noise_is_wide() -> None:
+    # Prepare: N=3 repeats spread by 40%, and N=2 and N=3 about 2x the paper's
+    verdict = _table({1: [100.0], 2: [300.0], 3: [320.0, 400.0, 480.0]})
+
+    # Assert: 100% off is beyond 25% + 40%
+    level = next(c for c in verdict.checks if c.name == "level")
+    assert level.passed is False
+    assert level.note == "off by more than the tolerance plus the noise (40%)"
+    assert verdict.status == "differs"
+
+
+def test_a_slope_beyond_tolerance_and_noise_differs_even_when_the_noise_is_wide() -> None:
+    # Prepare: +300 vs +130 s/device, where the noise (5.7% of the 1,673 s median) allows +-47.5
+    paper = pd.Series([1079.0, 1177.0, 1338.0], index=[1, 2, 3])
+    time = _repeated({1: [1040.0, 1073.0, 1075.0], 2: [1323.0], 3: [1640.0, 1673.0, 1735.0]})
+
+    # Execute
+    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s")
+
+    # Assert: 170 s/device off, beyond 0.25 x 129.5 = 32 plus 47.5
+    assert check.passed is False
+    assert check.note == "off by more than the tolerance plus what the noise allows (+-47.5 s/device)"
+
+
+def test_a_slope_inside_tolerance_and_noise_is_not_judged_when_the_noise_is_wide() -> None:
+    # Prepare: the smoke run's Table 2, +197.5 vs +129.5 s/device where the noise allows +-48
+    paper = pd.Series([1079.0, 1177.0, 1338.0], index=[1, 2, 3])
+    time = _repeated({1: [1040.0, 1073.0, 1075.0], 2: [1323.0], 3: [1435.0, 1468.0, 1530.0]})
+
+    # Execute
+    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s")
+
+    # Assert: 68 s/device off is inside 32 + 48
+    assert check.passed is None and check.note == "noise allows +-47.5 s/device"
+
+
 def test_accuracy_is_judged_only_at_the_papers_data_size() -> None:
     # Execute
     small = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=1_920)
