@@ -17,16 +17,18 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from edgelab.paths import results_dir
 
 # Bump when the meaning of stored results changes, so old runs are not reused.
 SCHEMA_VERSION = 1
+ARRAYS_FILE = "arrays.npz"
 
 
 def run_key(params: Mapping[str, Any]) -> str:
@@ -49,10 +51,11 @@ class StoredRun:
     params: dict[str, Any]
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class ResultsStore:
-    """Runs on disk under ``root/<key>/`` (``run.json`` plus one CSV per table)."""
+    """Runs on disk under ``root/<key>/`` (``run.json``, one CSV per table, ``arrays.npz``)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else results_dir()
@@ -68,8 +71,12 @@ class ResultsStore:
             return None
         meta_file = folder / "run.json"
         meta = json.loads(meta_file.read_text())
-        tables = {name: pd.read_csv(folder / f"{name}.csv") for name in meta["tables"]}
-        return StoredRun(self.path(params).name, meta["params"], meta["summary"], tables)
+        tables = {name: _read_table(folder / f"{name}.csv") for name in meta["tables"]}
+        arrays: dict[str, np.ndarray] = {}
+        if meta.get("arrays"):
+            with np.load(folder / ARRAYS_FILE, allow_pickle=False) as held:
+                arrays = {name: held[name] for name in meta["arrays"]}
+        return StoredRun(self.path(params).name, meta["params"], meta["summary"], tables, arrays)
 
     def _readable_folder(self, final: Path) -> Path | None:
         """``final`` if it holds a run, else a run left aside by an interrupted replace."""
@@ -79,16 +86,31 @@ class ResultsStore:
         return aside[-1].parent if aside else None
 
     def put(
-        self, params: Mapping[str, Any], summary: Mapping[str, Any], tables: Mapping[str, pd.DataFrame]
+        self,
+        params: Mapping[str, Any],
+        summary: Mapping[str, Any],
+        tables: Mapping[str, pd.DataFrame],
+        arrays: Mapping[str, np.ndarray] | None = None,
     ) -> StoredRun:
-        """Write a run atomically; an existing run with the same key is replaced."""
+        """Write a run atomically; an existing run with the same key is replaced.
+
+        ``arrays`` (weights, images, predictions) go to one ``arrays.npz`` beside the tables.
+        """
+        arrays = dict(arrays or {})
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.path(params)
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=self.root))
         try:
             for name, table in tables.items():
                 table.to_csv(staging / f"{name}.csv", index=False)
-            meta = {"params": dict(params), "summary": dict(summary), "tables": sorted(tables)}
+            if arrays:
+                np.savez(staging / ARRAYS_FILE, **arrays)
+            meta = {
+                "params": dict(params),
+                "summary": dict(summary),
+                "tables": sorted(tables),
+                "arrays": sorted(arrays),
+            }
             (staging / "run.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
             if final.exists():
                 # Move the old run aside first so the swap itself is a single rename.
@@ -109,7 +131,7 @@ class ResultsStore:
             raise
         for leftover in self.root.glob(f".{final.name}-old-*"):
             shutil.rmtree(leftover, ignore_errors=True)
-        return StoredRun(final.name, dict(params), dict(summary), dict(tables))
+        return StoredRun(final.name, dict(params), dict(summary), dict(tables), arrays)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -124,3 +146,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    """A stored table; an empty one (no columns: nothing happened, e.g. no recovery) reads back empty."""
+    if path.stat().st_size <= 1:
+        return pd.DataFrame()
+    return pd.read_csv(path)

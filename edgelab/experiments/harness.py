@@ -1,0 +1,170 @@
+"""The one path every paper experiment takes, written once.
+
+params -> plan checked before any cluster work -> runs through the results
+store -> summary -> rendered items -> manifest. An experiment module supplies
+a frozen parameters dataclass, a ``Plan`` subclass (which runs there are, what
+each run's result depends on, and how to execute one on a cluster) and its
+summary and figures; this module parses the parameters, finds what the store
+does not hold yet, starts (or attaches) a cluster only for that, stores each
+run the moment it finishes, and closes what it started. An interrupted sweep
+resumes from the runs it stored.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from edgelab.cluster import DeviceCluster, connect
+from edgelab.devices import DeviceProfile, calibrate
+from edgelab.errors import ConfigError
+from edgelab.results import ResultsStore, StoredRun
+
+P = TypeVar("P")
+
+#: What executing one run returns: its summary (JSON-ready), its tables and, optionally, its arrays.
+Outcome = (
+    tuple[dict[str, Any], dict[str, pd.DataFrame]]
+    | tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, np.ndarray]]
+)
+
+
+def parse_params(cls: type[P], kwargs: dict[str, Any], *, sequences: Iterable[str] = ()) -> P:
+    """Build an experiment's frozen parameters from notebook keyword arguments.
+
+    Parameters
+    ----------
+    cls
+        The experiment's parameters dataclass.
+    kwargs
+        Names and values as papermill injects them.
+    sequences
+        Fields held as tuples: papermill passes lists (or a bare value), both accepted.
+
+    Returns
+    -------
+    P
+        The validated parameters (the dataclass's own checks have run).
+
+    Raises
+    ------
+    ConfigError
+        If a name is not a parameter of ``cls`` (or a value is not allowed).
+    """
+    known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise ConfigError(unknown[0], kwargs[unknown[0]], f"a parameter among {', '.join(sorted(known))}")
+    values = dict(kwargs)
+    for name in sequences:
+        if name not in values or values[name] is None:
+            continue
+        value = values[name]
+        values[name] = tuple(value) if isinstance(value, list | tuple) else (value,)
+    return cls(**values)
+
+
+class Plan(ABC):
+    """Validated work of one experiment: every run, and how to execute one.
+
+    A run is any hashable value the experiment chooses (e.g. a config and a
+    repeat number). Subclasses are dataclasses holding the parameters and
+    whatever was loaded and checked while planning.
+    """
+
+    profile: DeviceProfile
+    runs: list[Any]
+
+    @property
+    @abstractmethod
+    def scheduler_address(self) -> str | None:
+        """Address of a running scheduler to attach to, or ``None`` to emulate the devices."""
+
+    @abstractmethod
+    def run_params(self, run: Hashable) -> dict[str, Any]:
+        """What a run's result depends on: its results-store key."""
+
+    @abstractmethod
+    def devices_needed(self, runs: list[Any]) -> int:
+        """Devices a cluster needs to execute ``runs``."""
+
+    @abstractmethod
+    def execute(self, cluster: DeviceCluster, run: Any, context: dict[str, Any]) -> Outcome:
+        """Execute one run on ``cluster``; ``context`` is what ``setup`` measured once per cluster."""
+
+    def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
+        """Measure once per cluster what every run records: the host calibration and the cluster."""
+        profile = cluster.profile if not cluster.emulated else self.profile
+        return {"calibration": calibrate(profile).to_dict(), "cluster": cluster.info}
+
+
+def pending(plan: Plan, store: ResultsStore) -> list[Any]:
+    """Runs of ``plan`` the store does not hold yet, in the plan's order."""
+    return [r for r in plan.runs if store.get(plan.run_params(r)) is None]
+
+
+def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = "127.0.0.1:8787") -> DeviceCluster | None:
+    """Start (or attach) a cluster big enough for the pending runs; ``None`` if nothing is pending."""
+    todo = pending(plan, store)
+    if not todo:
+        return None
+    return connect(
+        plan.devices_needed(todo),
+        profile=plan.profile.name,
+        scheduler_address=plan.scheduler_address,
+        dashboard_address=dashboard_address,
+    )
+
+
+def run(
+    plan: Plan,
+    *,
+    store: ResultsStore | None = None,
+    cluster: DeviceCluster | None = None,
+    progress: Callable[[int, int, Any], None] | None = None,
+) -> list[StoredRun]:
+    """Execute every pending run and store it; return all runs of the plan that are stored.
+
+    A cluster is started (or attached) only when something is pending, with as
+    many devices as the pending runs need, and closed again if we started it.
+    Each run is stored as soon as it finishes, so an interrupted sweep resumes.
+
+    Parameters
+    ----------
+    plan
+        The experiment's validated plan.
+    store
+        Results store (default: ``data/results``).
+    cluster
+        A cluster to use; one is started when ``None`` and something is pending.
+    progress
+        Called as ``progress(done, total, run)`` after each stored run.
+
+    Returns
+    -------
+    list[StoredRun]
+        The plan's runs in its order (runs that are still missing are left out).
+    """
+    store = store or ResultsStore()
+    todo = pending(plan, store)
+    if todo:
+        own = cluster is None
+        if cluster is None:
+            cluster = open_cluster(plan, store, dashboard_address="127.0.0.1:0")
+        assert cluster is not None  # something is pending
+        try:
+            # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
+            context = {**plan.setup(cluster), "store": store}
+            for done, item in enumerate(todo, start=1):
+                store.put(plan.run_params(item), *plan.execute(cluster, item, context))
+                if progress is not None:
+                    progress(done, len(todo), item)
+        finally:
+            if own:
+                cluster.close()
+    stored = [store.get(plan.run_params(r)) for r in plan.runs]
+    return [r for r in stored if r is not None]
