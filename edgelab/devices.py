@@ -81,6 +81,24 @@ PROFILES: dict[str, DeviceProfile] = {
             "report also calibrates on one paper cell"
         ),
     ),
+    # Raspberry Pi 4 Model B, as in Jeon et al.: BCM2711, 4x Cortex-A72 at 1.5 GHz,
+    # 1/2/4/8 GB LPDDR4 (the paper does not say which; 4 GB here, a parameter),
+    # Gigabit Ethernet. The same rule as the Pi 3B sets its nominal speed.
+    "pi4b": DeviceProfile(
+        name="pi4b",
+        cores=4,
+        clock_ghz=1.5,
+        memory_mb=4096,
+        os_reserve_mb=300,
+        link_mbps=1000.0,
+        latency_s=0.0002,
+        reference_gflops=6.0,
+        reference_note=(
+            "assumed: about half the 12 GFLOPS float32 NEON peak of one Cortex-A72 "
+            "core at 1.5 GHz (8 FLOP/cycle), the rule that gives the Pi 3B its 2.0; "
+            "not measured on a Pi here"
+        ),
+    ),
     # The machine the workers run on; a real cluster attached by address.
     "native": DeviceProfile(
         name="native",

@@ -2,10 +2,14 @@
 
 The CSV files under ``data/reference/<paper>/`` are copied from the
 "Reference values" section of ``papers/catalog/<paper>.md``; nothing in them
-was measured by edgelab.
+was measured by edgelab. ``derived_checks.csv`` holds numbers the cataloguer
+computed (sums, ratios, Keras layer counts), not values printed in the paper.
 
-Paper: Park, Lee and Kim, "Hardware Resource Analysis in Distributed Training
-with Edge Devices", Electronics 9(1), 28, 2020, doi 10.3390/electronics9010028.
+Papers: Park, Lee and Kim, "Hardware Resource Analysis in Distributed Training
+with Edge Devices", Electronics 9(1), 28, 2020, doi 10.3390/electronics9010028
+(``park2020``); Jeon, Lee, Lee, Kim and Kim, "Implementation of AIoT Edge
+Cluster System via Distributed Deep Learning Pipeline", Pusan National
+University (``jeon``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from edgelab.paths import REPO_ROOT
 REFERENCE_DIR: Path = REPO_ROOT / "data" / "reference"
 
 # Files holding rows for many items; their `id` column says which item a row belongs to.
-_SHARED_FILES = ("figure_values.csv", "prose_values.csv")
+_SHARED_FILES = ("figure_values.csv", "prose_values.csv", "derived_checks.csv")
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -44,10 +48,11 @@ def load_reference(item_id: str) -> pd.DataFrame:
     Parameters
     ----------
     item_id : str
-        ``"<paper>/<item>"``. A table id (``"park2020/table1"``) returns that
-        table's file; a figure id (``"park2020/fig4a"``) or ``"park2020/text"``
-        returns the rows of ``figure_values.csv`` or ``prose_values.csv`` whose
-        ``id`` equals it.
+        ``"<paper>/<item>"``. An item with a file of its own
+        (``"park2020/table1"``, ``"jeon/fig4"``) returns that file; any other id
+        (``"park2020/fig4a"``, ``"park2020/text"``, ``"jeon/prose-train"``,
+        ``"jeon/derived-split"``) returns the rows of ``figure_values.csv``,
+        ``prose_values.csv`` or ``derived_checks.csv`` whose ``id`` equals it.
 
     Returns
     -------

@@ -7,6 +7,7 @@ Entry points: `load_dataset(name, ...)` returns a `Dataset` with provenance, and
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from edgelab.data.dataset import Dataset
 from edgelab.data.partition import partition, shard_sizes
@@ -14,7 +15,12 @@ from edgelab.errors import ConfigError
 
 __all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes"]
 
-DATASETS = ("mnist",)
+DATASETS = ("mnist", "plantvillage_tomato")
+# Keyword options each loader accepts beyond the common ones of `load_dataset`.
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    "mnist": (),
+    "plantvillage_tomato": ("image_size", "validation_fraction"),
+}
 
 
 def load_dataset(
@@ -25,6 +31,7 @@ def load_dataset(
     test_limit: int | None = None,
     seed: int = 0,
     allow_download: bool | None = None,
+    **options: Any,
 ) -> Dataset:
     """Load a dataset by name from the first source that works.
 
@@ -42,8 +49,12 @@ def load_dataset(
     seed : int
         Seed of the subsets and of any shuffle of the source.
     allow_download : bool | None
-        Whether the Keras download may be tried; None means yes unless
-        ``EDGELAB_OFFLINE=1``.
+        Whether a download (Keras for MNIST, kagglehub for PlantVillage) may be
+        tried; None means yes unless ``EDGELAB_OFFLINE=1``.
+    **options : Any
+        Options of that dataset's loader: none for "mnist"; ``image_size`` and
+        ``validation_fraction`` for "plantvillage_tomato" (`load_plantvillage`).
+        PlantVillage has no test set: its validation split is returned as the test split.
 
     Returns
     -------
@@ -53,7 +64,7 @@ def load_dataset(
     Raises
     ------
     ConfigError
-        If name, a limit or seed is not allowed, or a limit exceeds the data.
+        If name, a limit, seed or an option is not allowed, or a limit exceeds the data.
     DataError
         If no source works (`CorruptDataError` if a file fails verification).
 
@@ -62,6 +73,8 @@ def load_dataset(
     >>> ds = load_dataset("mnist", sample_limit=1000, seed=0)  # doctest: +SKIP
     >>> ds.x_train.shape  # doctest: +SKIP
     (1000, 28, 28)
+    >>> load_dataset("plantvillage_tomato", image_size=96).x_train.shape  # doctest: +SKIP
+    (1280, 96, 96, 3)
     """
     if name not in DATASETS:
         raise ConfigError("name", name, f"one of {DATASETS}")
@@ -72,8 +85,18 @@ def load_dataset(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("seed", seed, "a non-negative int")
 
-    # Imported here so that each loader's module stays independent of the others.
-    from edgelab.data.mnist import load_mnist
+    for option, value in options.items():
+        if option not in _OPTIONS[name]:
+            accepted = ", ".join(_OPTIONS[name]) or "none"
+            raise ConfigError(option, value, f"not an option of {name!r} (its options: {accepted})")
 
-    full = load_mnist(data_dir=data_dir, seed=seed, allow_download=allow_download)
+    # Imported here so that each loader's module stays independent of the others.
+    if name == "plantvillage_tomato":
+        from edgelab.data.plantvillage import load_plantvillage
+
+        full = load_plantvillage(data_dir=data_dir, seed=seed, allow_download=allow_download, **options)
+    else:
+        from edgelab.data.mnist import load_mnist
+
+        full = load_mnist(data_dir=data_dir, seed=seed, allow_download=allow_download)
     return full.limited(sample_limit=sample_limit, test_limit=test_limit, seed=seed)

