@@ -37,7 +37,7 @@ from distributed import Client, Future, KilledWorker, wait
 from edgelab.cluster import device_resource
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule, kill_worker
-from edgelab.runtime import ShardMissingError
+from edgelab.runtime import StateMissingError
 
 T = TypeVar("T")
 
@@ -188,6 +188,11 @@ class Fleet:
                         "connected; see the Dask dashboard for paused or hung workers"
                     ) from None
 
+    def forget(self, futures: Iterable[Future]) -> None:
+        """Stop tracking finished futures, so what they hold on the devices can be released."""
+        done = {f.key for f in futures}
+        self._inflight = [f for f in self._inflight if f.key not in done]
+
     def gather(self, futures: Mapping[str, Future]) -> dict[str, Any]:
         """Results of done futures, by device."""
         results = self.client.gather(list(futures.values()))
@@ -278,7 +283,7 @@ class Fleet:
         """Devices lost, by the scheduler's view (waited for briefly when the error says a connection broke)."""
         if isinstance(exc, _DeviceLost):
             return exc.devices
-        named = [exc.device] if isinstance(exc, ShardMissingError) and exc.device in self.devices else []
+        named = [exc.device] if isinstance(exc, StateMissingError) and exc.device in self.devices else []
         # A device that reports no shard has restarted, even if its new worker got the old address back.
         self._restarted.update(named)
         looks_lost = named or isinstance(exc, OSError | KilledWorker | CancelledError)

@@ -31,7 +31,16 @@ def nbytes(arrays: Weights) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-class ShardMissingError(RuntimeError):
+class StateMissingError(RuntimeError):
+    """A device lacks state a run gave it (data, a stage): its worker restarted since.
+
+    ``device`` names it, so a recovery knows which device to prepare again.
+    """
+
+    device: str
+
+
+class ShardMissingError(StateMissingError):
     """A device holds no data for the run: its worker restarted since the data was sent."""
 
     def __init__(self, device: str, run_id: str) -> None:
@@ -78,6 +87,8 @@ class DeviceRuntime(WorkerPlugin):
     # The seeded weights each model started from; the model itself keeps training.
     initial: dict[ModelSpec, Weights] = field(default_factory=dict)
     sampler: ResourceSampler | None = None
+    # Pipeline stages and ensemble members this device holds, by (run id, stage name): edgelab.pipeline.worker.
+    stages: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
@@ -91,6 +102,7 @@ class DeviceRuntime(WorkerPlugin):
         if self.sampler is not None:
             self.sampler.stop()
         self.shards.clear()
+        self.stages.clear()
         self.models.clear()
         self.initial.clear()
 

@@ -1,0 +1,128 @@
+"""What a device worker does in a pipeline: hold its stage, run micro-batches through it.
+
+A stage (a slice of a model's layers, or a whole model for the single-device
+and ensemble baselines) arrives once as its Keras config and numpy weights,
+is rebuilt and traced on the device, and is kept in the device's runtime
+(``edgelab.runtime.DeviceRuntime.stages``) until the run is released. Each
+micro-batch task measures what the device did: the CPU time of its process,
+host wall start and end, and the bytes it received and passed on. Activations travel
+worker to worker with their records, and only the last stage's come back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psutil
+
+from edgelab.runtime import StateMissingError, _runtime
+
+
+class StageMissingError(StateMissingError):
+    """A device holds no such stage: its worker restarted since the stage was loaded."""
+
+    def __init__(self, device: str, run_id: str, stage: str) -> None:
+        super().__init__(device, run_id, stage)
+        self.device, self.run_id, self.stage = device, run_id, stage
+
+    def __str__(self) -> str:
+        return f"device {self.device} holds no stage {self.stage} of run {self.run_id}; its worker restarted"
+
+
+@dataclass
+class _Stage:
+    model: Any
+    predict: Any  # a traced function for any batch size
+
+
+def load_stage(
+    run_id: str, stage: str, config: str, weights: list[np.ndarray], micro_batch: int, dask_worker: Any = None
+) -> dict[str, Any]:
+    """Rebuild a stage from its Keras config and weights, trace it, and keep it on this device.
+
+    Parameters
+    ----------
+    run_id, stage
+        Which run and which stage (``"stage-1"``, ``"member-0"``, ``"whole"``).
+    config
+        ``json.dumps(model.get_config())`` of the stage's functional model.
+    weights
+        Its weights, as ``model.get_weights()`` gives them.
+    micro_batch
+        Micro-batch size the stream will send; the stage is traced on it now, so
+        no streamed micro-batch pays for tracing in its measured time.
+
+    Returns
+    -------
+    dict
+        device, stage, parameters, bytes received and the CPU seconds the load took.
+    """
+    import keras
+    import tensorflow as tf
+
+    rt = _runtime(dask_worker)
+    cpu0 = time.process_time()
+    model = keras.Model.from_config(json.loads(config))
+    model.set_weights(weights)
+    shape = tuple(model.input_shape[1:])
+    # One trace serves every batch size (the stream's last micro-batch may be short).
+    predict = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec((None, *shape))])
+    for size in (micro_batch, 1):
+        predict(np.zeros((size, *shape), np.float32))
+    received = int(sum(w.nbytes for w in weights)) + len(config)
+    rt.bytes_received += received
+    rt.stages[(run_id, stage)] = _Stage(model, predict)
+    return {
+        "device": rt.device,
+        "stage": stage,
+        "parameters": int(model.count_params()),
+        "bytes": received,
+        "load_cpu_s": time.process_time() - cpu0,
+        "working_set_bytes": psutil.Process().memory_info().rss - rt.baseline_rss,
+    }
+
+
+def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Run one micro-batch through this device's stage and pass the activations on.
+
+    ``payload`` is the micro-batch (from the master) or the previous stage's
+    ``(activations, records)``. The records of a micro-batch travel with its
+    data, so a device that dies later loses none of what earlier stages measured.
+    """
+    x, records = payload if isinstance(payload, tuple) else (payload, [])
+    rt = _runtime()
+    held = rt.stages.get((run_id, stage))
+    if held is None:
+        raise StageMissingError(rt.device, run_id, stage)
+    t_start, cpu0 = time.time(), time.process_time()
+    out = held.predict(np.asarray(x, np.float32)).numpy()  # (B, ...) activations, float32
+    cpu_s, t_end = time.process_time() - cpu0, time.time()
+    rt.bytes_received += int(x.nbytes)
+    rt.bytes_sent += int(out.nbytes)
+    record = {
+        "stage": stage,
+        "micro_batch": micro_batch,
+        "images": int(x.shape[0]),
+        "device": rt.device,
+        "pid": os.getpid(),
+        "t_start": t_start,
+        "t_end": t_end,
+        "cpu_s": cpu_s,
+        "bytes_in": int(x.nbytes),
+        "bytes_out": int(out.nbytes),
+    }
+    return out, [*records, record]
+
+
+def release_run(run_id: str, dask_worker: Any = None) -> int:
+    """Forget a run's stages on this device; how many it held (run with ``client.run``)."""
+    rt = _runtime(dask_worker)
+    held = [key for key in rt.stages if key[0] == run_id]
+    for key in held:
+        del rt.stages[key]
+    return len(held)

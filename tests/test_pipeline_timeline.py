@@ -1,0 +1,59 @@
+"""The pipeline's emulated clock composes measured stage costs as a pipeline runs them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from edgelab.devices import get_profile
+from edgelab.pipeline.timeline import compose, speedup_bound
+
+# A link so fast that transfers cost nothing, and no latency: only compute counts.
+FAST = dataclasses.replace(get_profile("pi4b"), link_mbps=1e12, latency_s=0.0)
+
+
+def _records(costs: dict[str, float], n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = [
+        {"branch": 0, "stage": s, "micro_batch": m, "images": 4, "cpu_s": c, "bytes_out": 0}
+        for m in range(n)
+        for s, c in costs.items()
+    ]
+    sends = pd.DataFrame([{"micro_batch": m, "branch": 0, "bytes": 0} for m in range(n)])
+    return pd.DataFrame(rows), sends
+
+
+def test_a_full_pipeline_runs_at_its_slowest_stage() -> None:
+    # Prepare: stages of 1 s and 2 s, 10 micro-batches, speed factor 1
+    records, sends = _records({"a": 1.0, "b": 2.0}, 10)
+    # Execute
+    emu = compose(records, sends, [[("a", "d0"), ("b", "d1")]], profile=FAST, speed_factor=1.0, max_in_flight=10)
+    # Assert: fill (1 s) then one micro-batch every 2 s: 1 + 10 * 2 = 21 s; the bound is 4 images / 2 s
+    assert emu.processing_s == pytest.approx(21.0)
+    assert emu.bound_throughput == pytest.approx(2.0)
+    assert emu.steady_throughput == pytest.approx(2.0)
+    assert emu.bottleneck == "d1 compute"
+
+
+def test_one_micro_batch_in_flight_runs_the_stages_one_after_another() -> None:
+    records, sends = _records({"a": 1.0, "b": 2.0}, 10)
+    emu = compose(records, sends, [[("a", "d0"), ("b", "d1")]], profile=FAST, speed_factor=1.0, max_in_flight=1)
+    assert emu.processing_s == pytest.approx(30.0)
+
+
+def test_the_speed_factor_scales_compute_and_the_link_adds_bytes_over_its_rate() -> None:
+    # Prepare: one stage of 0.5 CPU s passing 125,000 bytes back over a 1 Mbit/s link with 0.1 s latency
+    slow = dataclasses.replace(FAST, link_mbps=1.0, latency_s=0.1)
+    records = pd.DataFrame(
+        [{"branch": 0, "stage": "a", "micro_batch": 0, "images": 1, "cpu_s": 0.5, "bytes_out": 125_000}]
+    )
+    sends = pd.DataFrame([{"micro_batch": 0, "branch": 0, "bytes": 0}])
+    # Execute
+    emu = compose(records, sends, [[("a", "d0")]], profile=slow, speed_factor=4.0, max_in_flight=1)
+    # Assert: in 0.1 s, compute 2 s, out 1 s + 0.1 s
+    assert emu.processing_s == pytest.approx(0.1 + 2.0 + 1.0 + 0.1)
+
+
+def test_speedup_bound_is_sum_over_max() -> None:
+    assert speedup_bound([1.0, 2.0, 1.0]) == pytest.approx(2.0)
