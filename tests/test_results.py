@@ -230,3 +230,20 @@ def test_atomic_write_text_failure_keeps_old_content(tmp_path: Path) -> None:
     # Assert
     assert target.read_text() == "old\n"
     assert _entries(tmp_path) == ["manifest.txt"]
+
+
+def test_arrays_round_trip_exactly(tmp_path: Path) -> None:
+    # Prepare: weights-like arrays of two dtypes and an empty table
+    import numpy as np
+
+    store = ResultsStore(tmp_path)
+    arrays = {"w0": np.arange(6, dtype=np.float32).reshape(2, 3), "y": np.array([1, 2], dtype=np.uint8)}
+    # Execute
+    store.put({"k": 1}, {"s": 1}, {"empty": pd.DataFrame()}, arrays)
+    back = store.get({"k": 1})
+    # Assert: the same values and dtypes, and the empty table reads back empty
+    assert back is not None and set(back.arrays) == {"w0", "y"}
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(back.arrays[name], value)
+        assert back.arrays[name].dtype == value.dtype
+    assert back.tables["empty"].empty
