@@ -98,8 +98,11 @@ def test_killed_devices_recover_with_the_undisturbed_result(
     assert (run.recoveries["detect_s"] < DETECT_BOUND_S).all(), run.recoveries
     assert (run.recoveries["time_lost_s"] - run.recoveries["back_s"] < RESUME_AFTER_RESTART_BOUND_S).all()
     # What users see: one line per recovery naming the device and the phase
-    assert len(lines) == len(kills)
-    assert all(line.startswith("edgelab: device pi3b-") and " lost during " in line for line in lines)
+    # One line per recovery; a restart slower than REVIVE_AFTER_S (a loaded host) adds its own "not back" line
+    recovered = [line for line in lines if " lost during " in line]
+    assert len(recovered) == len(kills)
+    assert all(line.startswith("edgelab: device pi3b-") for line in recovered)
+    assert all(" lost during " in line or " was not back after " in line for line in lines), lines
     # The monitor kept every device's samples (they leave the device with each round)
     assert sorted(run.monitor["device"].unique()) == ["pi3b-0", "pi3b-1", "pi3b-2"]
 
