@@ -231,7 +231,7 @@ def imagenet_weights(image_size: int, *, data_dir: str | os.PathLike[str] | None
     weights, source
         The ``weights`` argument for Keras and a line saying where they come from.
     """
-    from edgelab.data.mnist import default_data_dir
+    from edgelab.data.sources import default_data_dir
 
     name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{image_size}_no_top.h5"
     root = Path(data_dir) if data_dir else default_data_dir()

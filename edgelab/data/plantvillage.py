@@ -35,7 +35,7 @@ import PIL
 from PIL import Image
 
 from edgelab.data.dataset import Dataset
-from edgelab.data.mnist import DOWNLOAD_TIMEOUT_S, _verify_checksum, default_data_dir
+from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, verify_checksum
 from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 # The paper used Kaggle's PlantVillage; this Kaggle copy holds the 10 tomato class folders.
@@ -149,7 +149,7 @@ def load_plantvillage(
     found = next((root / c for c in _NPZ_CANDIDATES if (root / c).is_file()), None)
     if found is not None:
         tried.append(f"data_dir: using {found}")
-        checksum_status = _verify_checksum(found, root)
+        checksum_status = verify_checksum(found, root)
         labels, fetch = _read_npz(found)
         return build(labels, fetch, "data_dir", found, checksum_status, tried)
     tried.append(f"data_dir: no {' or '.join(_NPZ_CANDIDATES)} in {root}")

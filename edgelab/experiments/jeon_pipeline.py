@@ -221,7 +221,7 @@ class Plan(harness.Plan):
 
     def _listing(self, cluster: DeviceCluster, context: dict[str, Any]) -> dict[str, Any]:
         """The live cluster's listings (jeon/fig2, 4, 5, 6, 10), read while it runs this experiment."""
-        from edgelab.data.mnist import default_data_dir
+        from edgelab.data.sources import default_data_dir
         from edgelab.figures import jeon_cluster
 
         view = jeon_cluster.collect(
