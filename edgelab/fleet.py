@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from distributed import Client, Future, KilledWorker, wait
 
-from edgelab.cluster import device_resource
+from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule, kill_worker
 from edgelab.runtime import StateMissingError
@@ -110,6 +110,29 @@ class Fleet:
     #: host wall seconds of the last step's successful attempt
     last_attempt_s: float = 0.0
 
+    @classmethod
+    def for_cluster(
+        cls,
+        cluster: DeviceCluster,
+        devices: list[str],
+        prepare: Callable[[list[str]], Any],
+        *,
+        kills: KillSchedule | None = None,
+        restart_wait_s: float = RESTART_WAIT_S,
+        log: Callable[[str], None] = print,
+    ) -> Fleet:
+        """The fleet of ``devices`` on ``cluster``: kills and revivals done locally when the cluster is emulated."""
+        return cls(
+            cluster.client,
+            devices,
+            prepare,
+            kills=kills,
+            kill_locally=cluster.emulated,
+            restart_wait_s=restart_wait_s,
+            revive=cluster.revive if cluster.emulated else None,
+            log=log,
+        )
+
     def __post_init__(self) -> None:
         if not isinstance(self.restart_wait_s, int | float) or not self.restart_wait_s > 0:
             raise ConfigError("restart_wait_s", self.restart_wait_s, "a number of seconds > 0")
@@ -170,13 +193,14 @@ class Fleet:
         self._inflight.append(future)
         return future
 
-    def wait(self, futures: Mapping[str, Future], *, timeout_s: float = STEP_TIMEOUT_S) -> None:
-        """Wait until every future is done; a device lost meanwhile ends the wait at once."""
+    def wait(self, futures: Mapping[str, Future], *, timeout_s: float = STEP_TIMEOUT_S, first: bool = False) -> None:
+        """Wait until every future is done (``first``: until one is); a device lost meanwhile ends the wait at once."""
         deadline = time.monotonic() + timeout_s
         pending = list(futures.values())
+        when = "FIRST_COMPLETED" if first else "ALL_COMPLETED"
         while True:
             try:
-                wait(pending, timeout=POLL_S)
+                wait(pending, timeout=POLL_S, return_when=when)
                 return
             except TimeoutError:
                 lost = self.lost()

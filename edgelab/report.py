@@ -51,6 +51,24 @@ class ReportItem:
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     generated: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
+    @classmethod
+    def from_verdict(
+        cls, item_id: str, files: list[Any], result: verdict.Verdict, *, paper_values_shown: bool, **rest: Any
+    ) -> ReportItem:
+        """The entry of an item whose status is its verdict's: status, why and the verdict itself from ``result``.
+
+        ``rest`` holds the other fields (data_source, clock, notebook, parameters, recoveries).
+        """
+        return cls(
+            item_id,
+            [str(f) for f in files],
+            paper_values_shown=paper_values_shown,
+            status=result.status,
+            why=result.why,
+            verdict=result.to_dict(),
+            **rest,
+        )
+
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ConfigError("status", self.status, f"one of {', '.join(STATUSES)}")

@@ -163,16 +163,7 @@ def train(
         fleet.point("monitor_start")
         fleet.run(todo, runtime.start_monitor, monitor_interval_s)
 
-    fleet = Fleet(
-        cluster.client,
-        devices,
-        prepare,
-        kills=schedule,
-        kill_locally=cluster.emulated,
-        restart_wait_s=restart_wait_s,
-        revive=cluster.revive if cluster.emulated else None,
-        log=log,
-    )
+    fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
     records: list[dict[str, Any]] = []
     monitor: list[dict[str, Any]] = []
     evaluations = []

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.cluster import DeviceCluster
 from edgelab.errors import ConfigError
+from edgelab.fleet import Fleet
 
 #: Chosen here (the paper names the layers, not their settings).
 AUGMENTATION: dict[str, Any] = {"rotation": 0.1, "flip": "horizontal_and_vertical", "crop": 0.9, "zoom": 0.1}
@@ -83,29 +84,26 @@ def augment(
         The balanced images and labels (class by class) and, per class: the
         device, raw and final counts, the augmentation factor, wall time and images/s.
     """
-    classes = np.unique(y)
+    classes = [int(c) for c in np.unique(y)]
     largest = int(max((y == c).sum() for c in classes))
     if isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < largest:
         raise ConfigError("augment_per_class", per_class, f"an integer >= the largest class ({largest} images)")
-    futures = {}
-    for i, c in enumerate(classes):
-        device = cluster.devices[i % len(cluster.devices)]
-        data = cluster.client.scatter(x[y == c], direct=True, hash=False)
-        futures[int(c)] = (
-            device,
-            cluster.client.submit(
-                augment_class,
-                data,
-                per_class,
-                seed * 1000 + int(c),
-                AUGMENTATION,
-                resources={device_resource(device): 1},
-                pure=False,
-            ),
-        )
+    where = {c: cluster.devices[i % len(cluster.devices)] for i, c in enumerate(classes)}
+    # Each class's images go straight to its device; a device lost on the way is waited for and the work redone.
+    fleet = Fleet.for_cluster(cluster, sorted(set(where.values())), lambda todo: None)
+
+    def body() -> dict[int, dict[str, Any]]:
+        futures = {}
+        for c in classes:
+            data = fleet.send(where[c], x[y == c])
+            futures[str(c)] = fleet.submit(where[c], augment_class, data, per_class, seed * 1000 + c, AUGMENTATION)
+        fleet.wait(futures)
+        return {int(c): out for c, out in fleet.gather(futures).items()}
+
+    results = fleet.attempt("augment", 0, body)
     xs, ys, rows = [], [], []
-    for c, (device, future) in futures.items():
-        out = future.result()
+    for c in classes:
+        out, device = results[c], where[c]
         xs.append(out["images"])
         ys.append(np.full(len(out["images"]), c, dtype=y.dtype))
         raw = int((y == c).sum())

@@ -22,7 +22,7 @@ import pandas as pd
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.devices import DeviceProfile, calibrate
 from edgelab.errors import ConfigError
-from edgelab.results import ResultsStore, StoredRun
+from edgelab.results import ResultsStore, StoredRun, run_key
 
 P = TypeVar("P")
 
@@ -76,13 +76,14 @@ class Plan(ABC):
     whatever was loaded and checked while planning.
     """
 
+    params: Any  # the experiment's parameters; ``scheduler_address`` among them
     profile: DeviceProfile
     runs: list[Any]
 
     @property
-    @abstractmethod
     def scheduler_address(self) -> str | None:
         """Address of a running scheduler to attach to, or ``None`` to emulate the devices."""
+        return getattr(self.params, "scheduler_address", None)
 
     @abstractmethod
     def run_params(self, run: Hashable) -> dict[str, Any]:
@@ -168,3 +169,9 @@ def run(
                 cluster.close()
     stored = [store.get(plan.run_params(r)) for r in plan.runs]
     return [r for r in stored if r is not None]
+
+
+def by_run(plan: Plan, runs: list[StoredRun]) -> dict[Any, StoredRun]:
+    """The stored runs of ``plan`` keyed by the plan's own runs (those not stored are left out)."""
+    keyed = {r.key: r for r in runs}
+    return {run: keyed[key] for run in plan.runs if (key := run_key(plan.run_params(run))) in keyed}

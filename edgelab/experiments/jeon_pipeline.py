@@ -116,11 +116,6 @@ class Plan(harness.Plan):
     runs: list[tuple[Any, ...]]
     memory_mb: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def scheduler_address(self) -> str | None:
-        """Address of a running scheduler, or ``None`` to emulate the devices."""
-        return self.params.scheduler_address
-
     def devices_needed(self, runs: list[tuple[Any, ...]]) -> int:
         """One device per stage and per ensemble member."""
         return max(self.params.n_stages, len(ENSEMBLE_PAIRS))
@@ -333,18 +328,17 @@ def prepare(**kwargs: Any) -> Plan:
     if params.weights is not None:
         weights, source = imagenet_weights(params.image_size, data_dir=params.data_dir)
     plan = Plan(params, dataset, profile, cut, weights, source, _runs(params))
-    _check_memory(plan)
+    _check_memory(plan, layer_costs(model))
     largest = int(np.bincount(dataset.y_train).max())
     if params.augment_per_class < largest:
         raise ConfigError("augment_per_class", params.augment_per_class, f"an integer >= the largest class ({largest})")
     return plan
 
 
-def _check_memory(plan: Plan) -> None:
+def _check_memory(plan: Plan, costs: list[Any]) -> None:
     """Each stage's weights and the activations of one micro-batch must fit its device (analytic, MB)."""
     usable = plan.profile.usable_memory_mb
     mb = plan.params.micro_batch
-    costs = layer_costs(flat_mobilenet_v2(10, image_size=plan.params.image_size, weights=None))
     for stage in plan.cut.stages:
         largest = max(c.output_bytes for c in costs[stage.first : stage.last + 1])
         # Weights once; a micro-batch's largest activation, its input and its output alive at once.
@@ -361,10 +355,3 @@ def _check_memory(plan: Plan) -> None:
 pending = harness.pending
 open_cluster = harness.open_cluster
 run = harness.run
-
-
-def harness_key(plan: Plan, run: tuple[Any, ...]) -> str:
-    """The results-store key of a run."""
-    from edgelab.results import run_key
-
-    return run_key(plan.run_params(run))

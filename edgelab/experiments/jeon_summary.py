@@ -17,7 +17,8 @@ import pandas as pd
 from sklearn.metrics import f1_score
 
 from edgelab.devices import DeviceProfile
-from edgelab.experiments.jeon_pipeline import ENSEMBLE_PAIRS, MODES, Plan, harness_key
+from edgelab.experiments.harness import by_run
+from edgelab.experiments.jeon_pipeline import ENSEMBLE_PAIRS, MODES, Plan
 from edgelab.pipeline.timeline import EmulatedStream, compose
 from edgelab.results import StoredRun
 
@@ -73,8 +74,7 @@ def predictions(mode: str, run: StoredRun) -> np.ndarray:
 
 def summarize(plan: Plan, runs: list[StoredRun]) -> JeonSummary:
     """Read every stored run of ``plan`` (see the module docstring)."""
-    by_key = {r.key: r for r in runs}
-    get = {tuple(run): by_key.get(harness_key(plan, run)) for run in plan.runs}
+    get: dict[tuple[Any, ...], StoredRun | None] = dict(by_run(plan, runs))
     any_stream = next(r for k, r in get.items() if r is not None and k[0] == "stream")
     calibration = any_stream.summary["calibration"]
     factor = float(calibration["speed_factor"])

@@ -148,11 +148,6 @@ class Plan(harness.Plan):
     memory_mb: dict[str, float] = field(default_factory=dict)
 
     @property
-    def scheduler_address(self) -> str | None:
-        """Address of a running scheduler, or ``None`` to emulate the devices."""
-        return self.params.scheduler_address
-
-    @property
     def configs(self) -> list[TrainConfig]:
         """The distinct training configurations (repeats left out)."""
         return [cfg for cfg, repeat in self.runs if repeat == 0]

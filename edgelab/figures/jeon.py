@@ -44,17 +44,9 @@ def _noise(summary: JeonSummary) -> Noise:
 
 
 def _item(item_id: str, files: list[Path], verdict: policy.Verdict, shown: bool, common: dict[str, Any]) -> ReportItem:
-    return ReportItem(
-        id=item_id,
-        files=[str(f) for f in files],
-        data_source=common["data_source"],
-        clock=common.get("clock", CLOCK),
-        paper_values_shown=shown,
-        status=verdict.status,
-        why=verdict.why if verdict.status != "reproduced" else "",
-        notebook=common["notebook"],
-        parameters=common["parameters"],
-        verdict=verdict.to_dict(),
+    fields = {k: common[k] for k in ("data_source", "notebook", "parameters")}
+    return ReportItem.from_verdict(
+        item_id, files, verdict, paper_values_shown=shown, clock=common.get("clock", CLOCK), **fields
     )
 
 
@@ -124,9 +116,7 @@ def render_table1(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem
         "",
         "Paper (Table 1):",
         "",
-        markdown_table(paper.pivot_table(index="row", columns="column", values="value", aggfunc="first").reset_index())
-        if {"row", "column", "value"} <= set(paper.columns)
-        else markdown_table(paper),
+        markdown_table(paper.pivot_table(index="row", columns="column", values="value", aggfunc="first").reset_index()),
         "",
         "The paper does not say which workload its times measure; compare ratios, not seconds. "
         "The ensemble's answer is the argmax of its ten per-class sigmoid scores (two per member, pairs "
@@ -157,7 +147,7 @@ def render_fig3(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem:
     axes[1].bar(stages["stage"].astype(str), stages["compute_s_per_micro_batch"], color="C0")
     axes[1].set_xlabel("stage")
     axes[1].set_ylabel("compute per micro-batch (s, emulated)")
-    save_figure(fig, "jeon/fig3", root=common["root"])
+    png = save_figure(fig, "jeon/fig3", root=common["root"])
     busy = float(timeline["compute_s"].sum() / emu.processing_s)
     diff = summary.agreement["max_abs_difference"]
     checks = [
@@ -185,8 +175,7 @@ def render_fig3(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem:
         "",
         verdict.markdown(),
     ]
-    files = save_table(table, "\n".join(md), "jeon/fig3", root=common["root"])
-    files.append(Path(str(files[0]).replace(".csv", ".png")))
+    files = [*save_table(table, "\n".join(md), "jeon/fig3", root=common["root"]), png]
     return _item("jeon/fig3", files, verdict, False, common)
 
 
@@ -208,7 +197,7 @@ def render_fig11(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem:
         ax.annotate("", (0.85, 0.5), (0.62, y), arrowprops={"arrowstyle": "->"})
         ax.text(0.25, (y + 0.5) / 2, f"{row['compute_s']:.3f} s", fontsize=8)
     ax.set_title("ensemble: the same micro-batch to five members (median compute per micro-batch, emulated)")
-    save_figure(fig, "jeon/fig11", root=common["root"])
+    png = save_figure(fig, "jeon/fig11", root=common["root"])
     sends = t.groupby("micro_batch")["branch"].nunique()
     checks = [
         Check(
@@ -230,8 +219,7 @@ def render_fig11(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem:
         "",
         verdict.markdown(),
     ]
-    files = save_table(per, "\n".join(md), "jeon/fig11", root=common["root"])
-    files.append(Path(str(files[0]).replace(".csv", ".png")))
+    files = [*save_table(per, "\n".join(md), "jeon/fig11", root=common["root"]), png]
     return _item("jeon/fig11", files, verdict, False, common)
 
 

@@ -906,12 +906,4 @@ def _paper_section(item_id: str, paper: pd.DataFrame | None) -> list[str]:
 
 
 def _item(item_id: str, files: list[Path], verdict: Verdict, shown: bool, common: dict[str, Any]) -> ReportItem:
-    return ReportItem(
-        item_id,
-        [str(f) for f in files],
-        paper_values_shown=shown,
-        status=verdict.status,
-        why=verdict.why,
-        verdict=verdict.to_dict(),
-        **common,
-    )
+    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=shown, **common)

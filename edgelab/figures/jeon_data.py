@@ -48,16 +48,7 @@ _COUNTS = "none: counts"
 
 
 def _item(item_id: str, files: list[Path], verdict: Verdict, shown: bool, clock: str, **common: Any) -> ReportItem:
-    return ReportItem(
-        item_id,
-        [str(f) for f in files],
-        clock=clock,
-        paper_values_shown=shown,
-        status=verdict.status,
-        why=verdict.why,
-        verdict=verdict.to_dict(),
-        **common,
-    )
+    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=shown, clock=clock, **common)
 
 
 def _need(frame: pd.DataFrame, columns: tuple[str, ...], name: str) -> None:

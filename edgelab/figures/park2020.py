@@ -242,14 +242,12 @@ def _time_table(
     ax_a.legend(fontsize=8)
     fig.suptitle(f"{item_id} — LeNet-{model.upper()}: time and accuracy vs devices ({verdict.status})")
     files.append(save_figure(fig, item_id, root=root))
-    return ReportItem(
+    return ReportItem.from_verdict(
         item_id,
-        [str(f) for f in files],
-        clock=CLOCK_LABEL[clock],
+        files,
+        verdict,
         paper_values_shown=True,
-        status=verdict.status,
-        why=verdict.why,
-        verdict=verdict.to_dict(),
+        clock=CLOCK_LABEL[clock],
         recoveries=recovery_records(summary, model),
         **common,
     )

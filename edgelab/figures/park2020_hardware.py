@@ -172,14 +172,12 @@ def hardware_figures(summary: LenetSummary, root: Path | None, common: dict[str,
         tables = save_table(table, md, item_id, root=root)
         png = save_figure(fig, item_id, root=root)
         items.append(
-            ReportItem(
+            ReportItem.from_verdict(
                 item_id,
-                [str(png), *map(str, tables)],
-                clock=item_clock,
+                [png, *tables],
+                verdict,
                 paper_values_shown=True,
-                status=verdict.status,
-                why=verdict.why,
-                verdict=verdict.to_dict(),
+                clock=item_clock,
                 recoveries=recovery_records(summary, "cnn"),
                 **common,
             )

@@ -27,12 +27,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from distributed import wait
 
 from edgelab.cluster import DeviceCluster
 from edgelab.errors import ConfigError
 from edgelab.faults import KillSchedule
-from edgelab.fleet import POLL_S, RESTART_WAIT_S, Fleet, _DeviceLost
+from edgelab.fleet import RESTART_WAIT_S, Fleet
 from edgelab.pipeline import worker
 
 #: Phases of a stream where faults can be injected: loading the stages, and before micro-batch ``at`` enters.
@@ -157,16 +156,7 @@ def stream(
         fleet.wait(futures)
         loads.extend(fleet.gather(futures).values())
 
-    fleet = Fleet(
-        cluster.client,
-        devices,
-        prepare,
-        kills=schedule,
-        kill_locally=cluster.emulated,
-        restart_wait_s=restart_wait_s,
-        revive=cluster.revive if cluster.emulated else None,
-        log=log,
-    )
+    fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
     done: dict[int, list[np.ndarray]] = {}
     sends: list[dict[str, Any]] = []
     receives: list[dict[str, Any]] = []
@@ -190,7 +180,7 @@ def stream(
                 inflight[upcoming] = _enter(fleet, placement, run_id, upcoming, x, micro_batch, sends)
                 started.add(upcoming)
                 upcoming = next(queue, None)
-            _wait_any(fleet, [f for finals in inflight.values() for f in finals])
+            fleet.wait({f.key: f for finals in inflight.values() for f in finals}, first=True)
             for m in [m for m, finals in inflight.items() if all(f.done() for f in finals)]:
                 finals = inflight.pop(m)
                 results = cluster.client.gather(finals)
@@ -245,18 +235,6 @@ def _enter(
             future = fleet.submit(device, worker.run_stage, run_id, stage, m, future)
         finals.append(future)
     return finals
-
-
-def _wait_any(fleet: Fleet, futures: list[Any]) -> None:
-    """Wait until one of ``futures`` is done (or failed); a device lost meanwhile ends the wait."""
-    while True:
-        try:
-            wait(futures, timeout=POLL_S, return_when="FIRST_COMPLETED")
-            return
-        except TimeoutError:
-            lost = fleet.lost()
-            if lost:
-                raise _DeviceLost(lost) from None
 
 
 def _check(
