@@ -19,3 +19,11 @@ def shared_data_dir() -> Path:
     if not (data_dir / "mnist" / "mnist.npz").is_file() and not (data_dir / "mnist.npz").is_file():
         pytest.skip(f"no mnist.npz or mnist/mnist.npz in {data_dir}")
     return data_dir
+
+
+@pytest.fixture
+def plantvillage_dir(shared_data_dir: Path) -> Path:
+    """Return the data directory holding the PlantVillage sample, or skip if absent."""
+    if not (shared_data_dir / "plantvillage_tomato" / "plantvillage_tomato_jpeg.npz").is_file():
+        pytest.skip(f"no PlantVillage sample in {shared_data_dir}")
+    return shared_data_dir

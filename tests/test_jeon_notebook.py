@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 
 import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "jeon_pipeline.ipynb"
-sys.path.insert(0, str(NOTEBOOK.parent))
 
 pytestmark = pytest.mark.notebook
+
+
+def _plantvillage_dir() -> Path:
+    # Module-scoped, so the function-scoped fixture of tests/conftest.py cannot serve; the same lookup.
+    env = os.environ.get("EDGELAB_DATA_DIR")
+    data_dir = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data_dir / "plantvillage_tomato" / "plantvillage_tomato_jpeg.npz").is_file():
+        pytest.skip(f"no PlantVillage sample in {data_dir}")
+    return data_dir
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import papermill
-    from conftest import plantvillage_dir  # notebooks/conftest.py
 
-    data_dir = plantvillage_dir()
-    if data_dir is None:
-        pytest.skip("no PlantVillage sample in the data directory")
+    data_dir = _plantvillage_dir()
     # Prepare: the smallest run that still exercises every run kind, into fresh folders
     root = tmp_path_factory.mktemp("jeon")
     params = {

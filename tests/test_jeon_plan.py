@@ -13,13 +13,6 @@ from edgelab.experiments import jeon_pipeline as jeon
 from edgelab.transfer import TransferConfig, imagenet_weights, targets
 
 
-@pytest.fixture
-def plantvillage_dir(shared_data_dir: Path) -> Path:
-    if not (shared_data_dir / "plantvillage_tomato" / "plantvillage_tomato_jpeg.npz").is_file():
-        pytest.skip(f"no PlantVillage sample in {shared_data_dir}")
-    return shared_data_dir
-
-
 def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path) -> None:
     # Execute
     plan = jeon.prepare(data_dir=str(plantvillage_dir), image_size=64, weights=None)
