@@ -25,12 +25,21 @@ PROFILES = ("smoke", "full")
 FULL_PROFILE_DIR = "full-profile"
 
 
-def full_parameters(notebook: Path) -> dict[str, Any]:
-    """Paper-sized parameters of a notebook (its experiment module's ``FULL_PROFILE``)."""
+def _experiment(notebook: Path) -> Any:
     import importlib
 
-    module = importlib.import_module(f"edgelab.experiments.{notebook.stem}")
-    return dict(module.FULL_PROFILE)
+    return importlib.import_module(f"edgelab.experiments.{notebook.stem}")
+
+
+def full_parameters(notebook: Path) -> dict[str, Any]:
+    """Paper-sized parameters of a notebook (its experiment module's ``FULL_PROFILE``)."""
+    return dict(_experiment(notebook).FULL_PROFILE)
+
+
+def missing_data(notebook: Path) -> str | None:
+    """Why a notebook cannot run here (data no source supplies), or None: its module's ``missing_data``."""
+    check = getattr(_experiment(notebook), "missing_data", None)
+    return check() if check is not None else None
 
 
 def profile_reports_dir(profile: str, root: Path) -> Path:
@@ -57,6 +66,11 @@ def reproduce(profile: str, notebooks: Sequence[Path], *, reports: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
     for nb in notebooks:
+        reason = missing_data(nb)
+        if reason:
+            # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
+            print(f"edgelab: skipping {nb.name}: {reason}", flush=True)
+            continue
         params = notebook_parameters(profile, nb, reports)
         target = out_dir / nb.name
         start = time.perf_counter()

@@ -36,3 +36,21 @@ def test_unknown_notebook_is_refused_naming_it(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         cli.main(["reproduce", "--notebook", "no_such_notebook"])
     assert "'no_such_notebook'" in capsys.readouterr().err
+
+
+def test_a_notebook_whose_data_no_source_supplies_is_skipped_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prepare: an empty data directory and no network
+    from edgelab import cli
+
+    monkeypatch.setenv("EDGELAB_DATA_DIR", str(tmp_path / "no-data"))
+    monkeypatch.setenv("EDGELAB_OFFLINE", "1")
+    notebook = cli.NOTEBOOKS_DIR / "jeon_pipeline.ipynb"
+    # Execute
+    failures = cli.reproduce("smoke", [notebook], reports=tmp_path / "reports")
+    # Assert: nothing ran, nothing failed, and the reason names the dataset
+    out = capsys.readouterr().out
+    assert failures == 0
+    assert "skipping jeon_pipeline.ipynb" in out and "PlantVillage" in out
+    assert not (tmp_path / "reports" / "notebooks" / "jeon_pipeline.ipynb").exists()

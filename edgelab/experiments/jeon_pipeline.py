@@ -335,6 +335,18 @@ def prepare(**kwargs: Any) -> Plan:
     return plan
 
 
+def missing_data(data_dir: str | None = None) -> str | None:
+    """Why the notebook cannot run here: no source supplies PlantVillage (no package ships it); None if one does."""
+    from edgelab.errors import DataError
+
+    try:
+        load_dataset("plantvillage_tomato", data_dir=data_dir, image_size=32)
+    except DataError as exc:
+        # The attempts and the fix, each on its own line under the skip message.
+        return str(exc).replace("\n", "\n    ")
+    return None
+
+
 def _check_memory(plan: Plan, costs: list[Any]) -> None:
     """Each stage's weights and the activations of one micro-batch must fit its device (analytic, MB)."""
     usable = plan.profile.usable_memory_mb
