@@ -33,5 +33,20 @@ class DeviceMemoryError(EdgelabError):
     """A configuration needs more memory than the emulated device has."""
 
 
+class DeviceOutOfMemory(DeviceMemoryError):
+    """A device's training step needed more memory than its budget: measured, on the device."""
+
+    def __init__(self, device: str, needed_mb: float, budget_mb: float) -> None:
+        # All in args, so the error pickles back from the worker with its numbers.
+        super().__init__(device, needed_mb, budget_mb)
+        self.device, self.needed_mb, self.budget_mb = device, needed_mb, budget_mb
+
+    def __str__(self) -> str:
+        return (
+            f"device {self.device} ran out of memory: its training step needed {self.needed_mb:.0f} MB "
+            f"above the framework's footprint, its budget is {self.budget_mb:.0f} MB"
+        )
+
+
 class WorkerLostError(ClusterError):
     """A device worker stopped answering during a run."""

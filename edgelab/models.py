@@ -1,4 +1,4 @@
-"""LeNet in the two forms Park et al. 2020 train on MNIST: an MLP and a CNN.
+"""The models Park et al. 2020 train: LeNet on MNIST (an MLP and a CNN), and the CIFAR ResNet on CIFAR-10.
 
 Paper: Park, Lee, Kim, "Hardware Resource Analysis in Distributed Training with
 Edge Devices", Electronics 9(1):28, 2020 (doi 10.3390/electronics9010028).
@@ -9,6 +9,17 @@ example the paper's setup matches (MXNet 0.9.5, batch 64):
 * ``mlp``: 784 -> 128 -> 64 -> 10, ReLU (MXNet ``symbols/mlp.py``); 109,386 parameters.
 * ``cnn``: LeNet-5 as in MXNet ``symbols/lenet.py``: conv 20@5x5 -> max-pool 2 ->
   conv 50@5x5 -> max-pool 2 -> fc 500 -> fc 10, tanh; 431,080 parameters.
+* ``resnet<6n+2>`` (``resnet32``, ``resnet80``, ``resnet110``): the CIFAR ResNet v1
+  of He et al. 2016 (section 4.2): a 3x3 conv of 16 filters, three stages of n
+  basic blocks (16, 32, 64 filters, stride 2 entering stages 2 and 3), global
+  average pooling, fc 10. Where a block changes shape its shortcut is a 1x1
+  projection (He et al.'s option B, as MXNet's and Keras' CIFAR examples do);
+  He et al. report option A (zero-padded identity), hence slightly fewer
+  parameters (``edgelab.model_costs.HE2016_PARAMETERS``): ResNet-32 466,906
+  trainable against their 0.46 M, ResNet-110 1,730,714 against 1.7 M.
+
+Parameter counts, FLOPs and activation sizes come from ``edgelab.model_costs``
+(layer shapes, no TensorFlow); the tests check them against these Keras models.
 
 Keras is imported inside the functions: importing TensorFlow costs ~620 MB of RSS,
 and only device workers should pay it.
@@ -17,14 +28,39 @@ and only device workers should pay it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgelab.errors import ConfigError
+from edgelab.model_costs import activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
 
 if TYPE_CHECKING:
     import keras
 
+#: The LeNet variants; any ``resnet<6n+2>`` is a model too (``check_model``).
 MODELS = ("mlp", "cnn")
+#: The ResNets of the paper.
+RESNETS = ("resnet32", "resnet80", "resnet110")
+
+__all__ = [
+    "MODELS",
+    "RESNETS",
+    "ModelSpec",
+    "activation_floats_per_sample",
+    "build_model",
+    "check_model",
+    "parameter_count",
+    "prepare_images",
+]
+
+
+def check_model(name: str) -> str:
+    """Return ``name`` if it names a built-in model, else raise ``ConfigError`` naming what is allowed."""
+    if name in MODELS:
+        return name
+    if isinstance(name, str) and is_resnet(name):
+        resnet_blocks(name)
+        return name
+    raise ConfigError("model", name, "mlp, cnn or resnet<depth> with depth = 6n+2 >= 8 (e.g. resnet32, resnet110)")
 
 
 @dataclass(frozen=True)
@@ -34,7 +70,7 @@ class ModelSpec:
     Parameters
     ----------
     name
-        ``"mlp"`` or ``"cnn"``.
+        ``"mlp"``, ``"cnn"`` or ``"resnet<6n+2>"``.
     learning_rate
         Step size of the local SGD optimizer on each device.
     weight_decay
@@ -50,47 +86,11 @@ class ModelSpec:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.name not in MODELS:
-            raise ConfigError("model", self.name, f"one of {', '.join(MODELS)}")
+        check_model(self.name)
         if not self.learning_rate > 0:
             raise ConfigError("learning_rate", self.learning_rate, "a number > 0")
         if not self.weight_decay >= 0:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
-
-
-# Layer shapes, kept as data so parameter counts and activation sizes are known
-# without importing TensorFlow (the memory pre-check runs before any cluster work).
-_DENSE_WIDTHS = {"mlp": (784, 128, 64, 10)}
-_CNN_CONV = ((1, 20, 5), (20, 50, 5))  # (in_channels, filters, kernel)
-_CNN_FC = (800, 500, 10)  # 4*4*50 -> 500 -> 10
-
-
-def parameter_count(name: str) -> int:
-    """Number of trainable parameters of a model, computed from its layer shapes.
-
-    Examples
-    --------
-    >>> parameter_count("mlp"), parameter_count("cnn")
-    (109386, 431080)
-    """
-    if name == "mlp":
-        widths = _DENSE_WIDTHS["mlp"]
-        return sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-    if name == "cnn":
-        conv = sum(k * k * cin * f + f for cin, f, k in _CNN_CONV)
-        fc = sum(a * b + b for a, b in zip(_CNN_FC, _CNN_FC[1:], strict=False))
-        return conv + fc
-    raise ConfigError("model", name, f"one of {', '.join(MODELS)}")
-
-
-def activation_floats_per_sample(name: str) -> int:
-    """Floats of forward activations one sample keeps for the backward pass."""
-    if name == "mlp":
-        return 784 + sum(_DENSE_WIDTHS["mlp"][1:])
-    if name == "cnn":
-        # input, conv1 (24x24x20), pool1 (12x12x20), conv2 (8x8x50), pool2 (4x4x50), fc
-        return 28 * 28 + 24 * 24 * 20 + 12 * 12 * 20 + 8 * 8 * 50 + 4 * 4 * 50 + 500 + 10
-    raise ConfigError("model", name, f"one of {', '.join(MODELS)}")
 
 
 def build_model(spec: ModelSpec) -> keras.Model:
@@ -103,7 +103,9 @@ def build_model(spec: ModelSpec) -> keras.Model:
     import keras
 
     keras.utils.set_random_seed(spec.seed)
-    if spec.name == "mlp":
+    if is_resnet(spec.name):
+        model = _resnet(keras, resnet_blocks(spec.name), name=spec.name)
+    elif spec.name == "mlp":
         layers = [
             keras.Input((28, 28)),
             keras.layers.Flatten(),
@@ -111,6 +113,7 @@ def build_model(spec: ModelSpec) -> keras.Model:
             keras.layers.Dense(64, activation="relu"),
             keras.layers.Dense(10, activation="softmax"),
         ]
+        model = keras.Sequential(layers, name=f"lenet_{spec.name}")
     else:
         layers = [
             keras.Input((28, 28, 1)),
@@ -122,11 +125,11 @@ def build_model(spec: ModelSpec) -> keras.Model:
             keras.layers.Dense(500, activation="tanh"),
             keras.layers.Dense(10, activation="softmax"),
         ]
-    model = keras.Sequential(layers, name=f"lenet_{spec.name}")
+        model = keras.Sequential(layers, name=f"lenet_{spec.name}")
     # For plain SGD Keras' decoupled decay equals MXNet's coupled wd, which
     # MXNet applies to weights only, never to biases.
     optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, weight_decay=spec.weight_decay or None)
-    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     model.compile(
         optimizer=optimizer,
         loss="sparse_categorical_crossentropy",
@@ -141,3 +144,36 @@ def prepare_images(name: str, images_uint8: object) -> object:
 
     x = np.asarray(images_uint8, dtype=np.float32) / 255.0
     return x[..., None] if name == "cnn" else x
+
+
+def _resnet(keras: Any, n: int, *, name: str) -> keras.Model:
+    """CIFAR ResNet v1 with ``n`` basic blocks per stage (layer names match ``edgelab.model_costs``)."""
+    layers = keras.layers
+
+    def conv_bn(x: Any, prefix: str, filters: int, kernel: int, strides: int) -> Any:
+        x = layers.Conv2D(
+            filters,
+            kernel,
+            strides=strides,
+            padding="same",
+            use_bias=False,
+            kernel_initializer="he_normal",
+            name=f"{prefix}_conv",
+        )(x)
+        return layers.BatchNormalization(name=f"{prefix}_bn")(x)
+
+    inputs = keras.Input((32, 32, 3))
+    x = layers.Activation("relu", name="stem_relu")(conv_bn(inputs, "stem", 16, 3, 1))
+    c_in = 16
+    for stage, c_out in enumerate((16, 32, 64)):
+        for block in range(n):
+            prefix = f"s{stage + 1}b{block + 1}"
+            strides = 2 if block == 0 and stage > 0 else 1
+            y = layers.Activation("relu", name=f"{prefix}_a_relu")(conv_bn(x, f"{prefix}_a", c_out, 3, strides))
+            y = conv_bn(y, f"{prefix}_b", c_out, 3, 1)
+            shortcut = conv_bn(x, f"{prefix}_proj", c_out, 1, strides) if c_in != c_out else x
+            x = layers.Activation("relu", name=f"{prefix}_relu")(layers.Add(name=f"{prefix}_add")([y, shortcut]))
+            c_in = c_out
+    x = layers.GlobalAveragePooling2D(name="pool")(x)
+    outputs = layers.Dense(10, activation="softmax", name="dense")(x)
+    return keras.Model(inputs, outputs, name=name)

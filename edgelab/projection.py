@@ -2,6 +2,10 @@
 
 A run is read on one **clock**:
 
+* ``"device_model"``: emulated device time whose compute comes from the
+  profile's one device model (``edgelab.device_model``: a fixed cost per step
+  plus a cost per FLOP, fitted once on two cells of the paper), the same for
+  every experiment of the profile; the primary emulated clock;
 * ``"calibrated"``: emulated device time (``edgelab.timeline``) at a speed
   factor fitted on one paper cell (``fit_speed_factor``); every other cell is
   then a prediction;
@@ -25,12 +29,13 @@ import numpy as np
 import pandas as pd
 
 from edgelab import timeline
+from edgelab.device_model import DeviceModel
 from edgelab.devices import DeviceProfile
 from edgelab.monitor import utilisation
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 
-CLOCKS = ("calibrated", "nominal", "wall")
+CLOCKS = ("device_model", "calibrated", "nominal", "wall")
 #: The link models the same runs are recomposed under, to see which explains a paper's growth.
 LINK_MODELS = {
     f"{duplex} duplex, master {'on device 0' if on_device else 'separate'}": Topology("shared", duplex, on_device)
@@ -44,13 +49,31 @@ def is_attached(run: StoredRun) -> bool:
     return "address" in run.summary.get("cluster", {})
 
 
-def elapsed(run: StoredRun, profile: DeviceProfile, *, clock: str, speed_factor: float, topology: Topology) -> float:
+def elapsed(
+    run: StoredRun,
+    profile: DeviceProfile,
+    *,
+    clock: str,
+    speed_factor: float,
+    topology: Topology,
+    device_model: DeviceModel | None = None,
+) -> float:
     """Elapsed training time of a run, as run (not projected), on ``clock``."""
     records = run.tables["records"]
     if clock == "wall":
         return float(records.groupby("round")["round_wall_s"].first().sum())
-    rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology)
+    compute = _compute_s(run, clock, device_model)
+    rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology, compute_s=compute)
     return float(rounds["elapsed_s"].iloc[-1])
+
+
+def _compute_s(run: StoredRun, clock: str, device_model: DeviceModel | None) -> Any:
+    """Device compute seconds per record on the device-model clock; None (CPU x factor) on the others."""
+    if clock != "device_model":
+        return None
+    if device_model is None:
+        raise ValueError("the device_model clock needs a device model")
+    return device_model.records_compute_s(run.tables["records"], str(run.params["train"]["model"]))
 
 
 def contention(runs: Sequence[StoredRun]) -> dict[tuple[str, int], float]:
@@ -87,13 +110,17 @@ def run_summary(
     topology: Topology,
     paper_train_size: int,
     contention: float = 1.0,
+    device_model: DeviceModel | None = None,
 ) -> dict[str, Any]:
     """Elapsed time, accuracy and hardware use of one stored run on one clock.
 
-    ``contention`` (emulated clocks): the host's contention factor of the run's
-    cell (``contention``); its CPU seconds are divided by it.
+    ``contention`` (CPU-time clocks): the host's contention factor of the run's
+    cell (``contention``); its CPU seconds are divided by it. ``device_model``:
+    the profile's device model, for the ``"device_model"`` clock.
     """
     cfg = run.params["train"]
+    if clock == "device_model":
+        contention, speed_factor = 1.0, 1.0  # compute comes from counted FLOPs: nothing of the host's to remove
     speed_factor = speed_factor / contention if clock != "wall" else speed_factor
     records = run.tables["records"]
     n_train = int(run.params["dataset"]["n_train"])
@@ -107,10 +134,13 @@ def run_summary(
         # The parameter server is this (client) process: every device's exchange crosses the network.
         wire = timeline.wire_bytes(records, Topology(master_is_device=False))
     else:
-        rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology)
+        compute = _compute_s(run, clock, device_model)
+        rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology, compute_s=compute)
         elapsed_s = float(rounds["elapsed_s"].iloc[-1])
         compute_share = float(rounds["compute_max_s"].sum() / elapsed_s)
-        per_device = timeline.emulated_cpu_percent(records, elapsed_s, speed_factor=speed_factor, cores=profile.cores)
+        per_device = timeline.emulated_cpu_percent(
+            records, elapsed_s, speed_factor=speed_factor, cores=profile.cores, compute_s=compute
+        )
         cpu_pct = float(per_device.mean())
         wire = timeline.wire_bytes(records, topology)
     sent_kb, received_kb = float(wire["sent"].mean() / 1e3), float(wire["received"].mean() / 1e3)
@@ -140,8 +170,8 @@ def run_summary(
         "host_train_wall_s": float(run.summary["host"]["train_wall_s"]),
         "recoveries": int(len(run.tables.get("recoveries", pd.DataFrame()))),
         "n_train": n_train,
-        "speed_factor": speed_factor * contention if clock != "wall" else float("nan"),
-        "contention": contention if clock != "wall" else float("nan"),
+        "speed_factor": speed_factor * contention if clock not in ("wall", "device_model") else float("nan"),
+        "contention": contention if clock not in ("wall", "device_model") else float("nan"),
     }
 
 

@@ -137,8 +137,9 @@ def compose(
     records: pd.DataFrame,
     profile: DeviceProfile,
     *,
-    speed_factor: float,
+    speed_factor: float = 1.0,
     topology: Topology | None = None,
+    compute_s: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Emulated duration of every synchronous round of a run.
 
@@ -156,6 +157,9 @@ def compose(
         Device seconds per host CPU second (``edgelab.devices.calibrate``).
     topology
         Where the server is and how its link carries traffic (default ``Topology()``).
+    compute_s
+        Device compute seconds of each record, in the records' order (e.g.
+        from ``edgelab.device_model``); replaces ``cpu_s * speed_factor``.
 
     Returns
     -------
@@ -166,14 +170,16 @@ def compose(
     if not speed_factor > 0:
         raise ConfigError("speed_factor", speed_factor, "a number > 0")
     topology = topology or Topology()
+    device_s = records["cpu_s"].to_numpy(dtype=float) * speed_factor if compute_s is None else compute_s
+    records = records.assign(device_s=np.asarray(device_s, dtype=float))
     # (rounds, devices) arrays in device order; a device that sat a round out is absent from it.
     grid = records.pivot_table(
-        index="round", columns="device_index", values=["cpu_s", "bytes_received", "bytes_sent"], aggfunc="first"
+        index="round", columns="device_index", values=["device_s", "bytes_received", "bytes_sent"], aggfunc="first"
     ).sort_index(axis=1)
-    present = grid["cpu_s"].notna().to_numpy()
-    compute = grid["cpu_s"].fillna(0.0).to_numpy(dtype=float) * speed_factor
+    present = grid["device_s"].notna().to_numpy()
+    compute = grid["device_s"].fillna(0.0).to_numpy(dtype=float)
     local = np.zeros_like(present)
-    if topology.master_is_device and 0 in grid["cpu_s"].columns:
+    if topology.master_is_device and 0 in grid["device_s"].columns:
         local[:, 0] = present[:, 0]  # the master's own exchange stays local in the rounds it trains
     remote = present & ~local
     rate, latency = profile.link_bytes_per_s, profile.latency_s
@@ -235,19 +241,33 @@ def wire_bytes(records: pd.DataFrame, topology: Topology | None = None) -> pd.Da
     return out
 
 
-def device_busy(records: pd.DataFrame, *, speed_factor: float) -> pd.Series:
-    """Emulated compute seconds per device over the whole run."""
-    return (records.groupby("device")["cpu_s"].sum() * speed_factor).rename("busy_s")
+def device_busy(records: pd.DataFrame, *, speed_factor: float = 1.0, compute_s: np.ndarray | None = None) -> pd.Series:
+    """Emulated compute seconds per device over the whole run (``compute_s`` as in ``compose``)."""
+    busy = records["cpu_s"].to_numpy(dtype=float) * speed_factor if compute_s is None else compute_s
+    return (
+        pd.Series(np.asarray(busy, dtype=float), index=records["device"].to_numpy())
+        .groupby(level=0)
+        .sum()
+        .rename("busy_s")
+    )
 
 
-def emulated_cpu_percent(records: pd.DataFrame, elapsed_s: float, *, speed_factor: float, cores: int) -> pd.Series:
+def emulated_cpu_percent(
+    records: pd.DataFrame,
+    elapsed_s: float,
+    *,
+    speed_factor: float = 1.0,
+    cores: int,
+    compute_s: np.ndarray | None = None,
+) -> pd.Series:
     """Per-device CPU utilisation on the emulated device, as % of all its cores.
 
     A device's worker computes on one core (one TensorFlow thread), so a device
     that never waits shows ``100 / cores`` percent; waiting for the slowest
     device and for the server's link lowers it.
     """
-    return (100.0 * device_busy(records, speed_factor=speed_factor) / (cores * elapsed_s)).rename("cpu_pct")
+    busy = device_busy(records, speed_factor=speed_factor, compute_s=compute_s)
+    return (100.0 * busy / (cores * elapsed_s)).rename("cpu_pct")
 
 
 def solve_speed_factor(

@@ -29,14 +29,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import runtime
+from edgelab import async_schedule, runtime
 from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset, partition
+from edgelab.device_model import FIT_CELLS, DeviceModel
+from edgelab.device_model import for_profile as device_model_for
 from edgelab.errors import ConfigError
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, Fleet
+from edgelab.model_costs import weight_count
 from edgelab.models import ModelSpec
-from edgelab.sync import DeviceUpdate, build_strategy
+from edgelab.sync import DeviceUpdate, ParameterServerAsync, build_strategy
+from edgelab.timeline import Topology
 from edgelab.train_config import (
     PARTITIONS,
     PHASES,
@@ -90,6 +94,7 @@ class TrainRun:
     recoveries: pd.DataFrame = field(default_factory=pd.DataFrame)  # lost devices brought back (edgelab.fleet)
     kills: pd.DataFrame = field(default_factory=pd.DataFrame)  # kills injected (edgelab.faults)
     weights: list[np.ndarray] = field(default_factory=list)  # the final global weights
+    progress: pd.DataFrame = field(default_factory=pd.DataFrame)  # every eval_every updates: accuracy, loss
 
     @property
     def weights_sha256(self) -> str:
@@ -115,6 +120,8 @@ def train(
     kills: KillSchedule | Iterable[Any] | None = None,
     restart_wait_s: float = RESTART_WAIT_S,
     log: Callable[[str], None] = print,
+    topology: Topology | None = None,
+    device_model: DeviceModel | None = None,
 ) -> TrainRun:
     """Run synchronous data-parallel training of ``cfg`` on the cluster's devices.
 
@@ -127,6 +134,14 @@ def train(
     undisturbed one. ``TrainRun.recoveries`` records each recovery; a device
     that does not come back raises ``WorkerLostError``. ``kills`` injects such
     failures (``edgelab.faults``).
+
+    Under ``strategy="ps_async"`` the updates are applied one at a time in the
+    order they reach the server on the emulated clock (``edgelab.async_schedule``,
+    with ``device_model``'s step times and ``topology``'s links; defaults: the
+    profile's device model, ``Topology()``); every device keeps one batch in
+    flight, trained from the weights as they were when it pulled them.
+    A step that needs more than ``cfg.memory_budget_mb`` raises
+    ``DeviceOutOfMemory`` (the run ends: the configuration does not fit).
     """
     check(cfg, n_train=dataset.n_train, profile=cluster.profile)
     if cfg.n_devices > len(cluster.devices):
@@ -166,13 +181,42 @@ def train(
     fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
     records: list[dict[str, Any]] = []
     monitor: list[dict[str, Any]] = []
-    evaluations = []
-    rnd = 0
+    evaluations: list[dict[str, Any]] = []
+    progress: list[dict[str, Any]] = []
+    rnd = seen = 0
     finished = False
+    eval_data = dataset.x_test[: cfg.eval_limit], dataset.y_test[: cfg.eval_limit]
+
+    def check_progress(weights: list[np.ndarray], updates: int, samples: int) -> None:
+        if cfg.eval_every and updates % cfg.eval_every == 0:
+            scores = fleet.attempt(
+                "evaluate", updates, partial(_evaluate, fleet, devices[0], spec, weights, *eval_data)
+            )
+            progress.append({"updates": updates, "samples_seen": samples, **scores})
+
     try:
         weights = fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))
         t_train = time.perf_counter()
-        for epoch in range(cfg.epochs):
+        if isinstance(strategy, ParameterServerAsync):
+            model = device_model or _device_model(cluster)
+            weights = _train_async(
+                fleet,
+                devices,
+                cfg,
+                run_id,
+                steps,
+                weights,
+                strategy,
+                model,
+                topology or Topology(),
+                cluster,
+                records,
+                monitor,
+                evaluations,
+                check_progress,
+                dataset,
+            )
+        for epoch in range(0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs):
             plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
             for first in plan:
                 tasks = {
@@ -186,6 +230,7 @@ def train(
                         1 if cfg.sync_every == "batch" else steps[i],
                         cfg.batch_size,
                         cfg.seed,
+                        cfg.memory_budget_mb,
                     )
                     for i, device in enumerate(devices)
                     if first < steps[i]
@@ -201,10 +246,14 @@ def train(
                 round_wall = attempt_s + time.perf_counter() - t_agg
                 for _, record in results:
                     monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
-                    records.append({**record, "round_wall_s": round_wall})
+                    records.append(
+                        {**record, "round_wall_s": round_wall, "update": rnd, "pulled_version": rnd, "staleness": 0}
+                    )
                 rnd += 1
+                seen += sum(int(r["samples"]) for _, r in results)
+                check_progress(weights, rnd, seen)
             t_eval = time.perf_counter()
-            evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset, epoch)
+            evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, epoch)
             scores = fleet.attempt("evaluate", epoch, evaluate)
             evaluations.append(
                 {"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
@@ -221,6 +270,7 @@ def train(
         config=cfg,
         records=pd.DataFrame(records),
         evaluations=pd.DataFrame(evaluations),
+        progress=pd.DataFrame(progress, columns=["updates", "samples_seen", "accuracy", "loss"]),
         monitor=pd.DataFrame(monitor, columns=MONITOR_COLUMNS),
         shards=pd.DataFrame([shards[d] for d in devices]),
         host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start},
@@ -248,12 +298,22 @@ def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.n
 
 
 def _evaluate(
-    fleet: Fleet, device: str, spec: ModelSpec, weights: list[np.ndarray], dataset: Dataset, epoch: int
+    fleet: Fleet,
+    device: str,
+    spec: ModelSpec,
+    weights: list[np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    epoch: int | None = None,
 ) -> dict[str, float]:
-    """Accuracy and loss of the global weights, computed on ``device``."""
-    args = [fleet.send(device, a) for a in (weights, dataset.x_test, dataset.y_test)]
+    """Accuracy and loss of the global weights on ``x, y``, computed on ``device``.
+
+    ``epoch``: the end-of-epoch evaluation it is (a kill point); None for an in-epoch one.
+    """
+    args = [fleet.send(device, a) for a in (weights, x, y)]
     future = {device: fleet.submit(device, runtime.evaluate, spec, *args)}
-    fleet.point("evaluate", epoch)
+    if epoch is not None:
+        fleet.point("evaluate", epoch)
     fleet.wait(future)
     return dict(fleet.gather(future)[device])
 
@@ -269,3 +329,108 @@ def _stop_monitors(fleet: Fleet, devices: list[str]) -> list[dict[str, Any]]:
     # so the cluster is whole for the next run; the samples it held since its last round are gone.
     samples = fleet.attempt("monitor_stop", 0, stop, prepare=False)
     return [{"device": d, **row} for d, rows in samples.items() for row in rows]
+
+
+def _device_model(cluster: DeviceCluster) -> DeviceModel:
+    """The profile's device model; for a profile without one, FLOPs alone order the updates."""
+    name = cluster.profile.name
+    return device_model_for(name) if name in FIT_CELLS else DeviceModel(name, 0.0, 1e9)
+
+
+def _train_async(
+    fleet: Fleet,
+    devices: list[str],
+    cfg: TrainConfig,
+    run_id: str,
+    steps: list[int],
+    weights: list[np.ndarray],
+    strategy: ParameterServerAsync,
+    model: DeviceModel,
+    topology: Topology,
+    cluster: DeviceCluster,
+    records: list[dict[str, Any]],
+    monitor: list[dict[str, Any]],
+    evaluations: list[dict[str, Any]],
+    check_progress: Callable[[list[np.ndarray], int, int], None],
+    dataset: Dataset,
+) -> list[np.ndarray]:
+    """Asynchronous SGD: updates applied one by one, in the order the emulated clock gives them."""
+    samples = [
+        [min(cfg.batch_size, n - s * cfg.batch_size) for s in range(k)]
+        for n, k in zip(_shard_sizes(cfg, dataset), steps, strict=True)
+    ]
+    per_device = [[x for _ in range(cfg.epochs) for x in row] for row in samples]
+    compute = [[float(model.compute_s(cfg.model, 1, x)) for x in row] for row in per_device]
+    profile = cluster.profile
+    payload = weight_count(cfg.model) * 4
+    local = [i == 0 and topology.master_is_device for i in range(len(devices))]
+    link = [async_schedule.link_seconds(payload, profile.link_bytes_per_s, profile.latency_s, local=x) for x in local]
+    plan = async_schedule.simulate(compute, link, link, topology)
+    # Each update's pull: once the updates before its pulled version are applied, its device gets those weights.
+    pulls_at: dict[int, list[int]] = {}
+    for row in plan.itertuples():
+        pulls_at.setdefault(int(row.pulled_version), []).append(int(row.update))
+    inflight: dict[int, tuple[Any, list[np.ndarray]]] = {}
+
+    def task_of(update: int) -> runtime.RoundTask:
+        row = plan.iloc[update]
+        i, step = int(row.device_index), int(row.step)
+        epoch, first = divmod(step, steps[i])
+        return runtime.RoundTask(
+            run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed, cfg.memory_budget_mb
+        )
+
+    def pull(update: int, pulled: list[np.ndarray]) -> None:
+        device = devices[int(plan.iloc[update].device_index)]
+        sent = fleet.send(device, pulled)
+        inflight[update] = (fleet.submit(device, runtime.train_round, task_of(update), sent), pulled)
+
+    def collect(update: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+        future, pulled = inflight[update]
+        if future.status in ("error", "cancelled", "lost"):
+            if future.status == "error":
+                future.result()  # raises the task's own error (a lost device is recovered by attempt)
+            pull(update, pulled)  # its device was lost and prepared again: train the same batch again
+            future = inflight[update][0]
+        device = devices[int(plan.iloc[update].device_index)]
+        fleet.wait({device: future})
+        return future.result()
+
+    seen = 0
+    epoch_updates = np.cumsum([sum(steps)] * cfg.epochs)
+    for update in pulls_at.get(0, []):
+        pull(update, weights)
+    for update in range(len(plan)):
+        delta, record = fleet.attempt("train", update, partial(collect, update))
+        row = plan.iloc[update]
+        weights = strategy.apply(weights, DeviceUpdate(record["device"], delta, record["samples"]))
+        del inflight[update]
+        monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
+        seen += int(record["samples"])
+        records.append(
+            {
+                **record,
+                "round_wall_s": float("nan"),
+                "update": update,
+                "pulled_version": int(row.pulled_version),
+                "staleness": int(row.staleness),
+                "t_pull_s": float(row.t_pull),
+                "t_applied_s": float(row.t_applied),
+            }
+        )
+        for nxt in pulls_at.get(update + 1, []):
+            pull(nxt, weights)
+        check_progress(weights, update + 1, seen)
+        if update + 1 in epoch_updates:
+            epoch = int(np.searchsorted(epoch_updates, update + 1))
+            t_eval = time.perf_counter()
+            evaluate = partial(_evaluate, fleet, devices[0], cfg.spec, weights, dataset.x_test, dataset.y_test, epoch)
+            scores = fleet.attempt("evaluate", epoch, evaluate)
+            evaluations.append(
+                {"epoch": epoch + 1, "rounds": update + 1, **scores, "eval_wall_s": time.perf_counter() - t_eval}
+            )
+    return weights
+
+
+def _shard_sizes(cfg: TrainConfig, dataset: Dataset) -> list[int]:
+    return samples_per_device(cfg, dataset.n_train)

@@ -15,7 +15,7 @@ from typing import Any
 
 from edgelab.devices import DeviceProfile
 from edgelab.errors import ConfigError, DeviceMemoryError
-from edgelab.models import MODELS, ModelSpec, activation_floats_per_sample, parameter_count
+from edgelab.models import ModelSpec, activation_floats_per_sample, check_model, parameter_count
 from edgelab.sync import STRATEGIES
 
 WORKER_DATA = ("shard", "full")
@@ -23,6 +23,10 @@ PARTITIONS = ("iid", "label")
 SYNC_EVERY = ("batch", "epoch")
 #: The phases of a data-parallel run, in order; kills (edgelab.faults) are placed by them.
 PHASES = ("load", "monitor_start", "broadcast", "train", "gather", "aggregate", "evaluate", "monitor_stop")
+
+
+# Settings added after results were first stored: left out of a run's key while unset.
+_OPTIONAL = ("eval_every", "eval_limit", "memory_budget_mb")
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,16 @@ class TrainConfig:
     momentum
         Momentum the parameter server keeps across rounds (0 = none).
     strategy
-        Synchronization strategy (``edgelab.sync``).
+        Synchronization strategy (``edgelab.sync.STRATEGIES``).
+    eval_every
+        Evaluate the global weights every this many applied updates (rounds
+        when synchronous), besides after each epoch; None: after each epoch only.
+    eval_limit
+        Test samples those in-epoch evaluations use (the first ones); None: all.
+    memory_budget_mb
+        Working set a device may use above its framework's own footprint; a
+        step that needs more ends the run with ``DeviceMemoryError`` (the
+        device ran out of memory). None: no limit.
     """
 
     model: str = "mlp"
@@ -63,9 +76,12 @@ class TrainConfig:
     strategy: str = "ps_sync"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    eval_every: int | None = None
+    eval_limit: int | None = None
+    memory_budget_mb: float | None = None
 
     def __post_init__(self) -> None:
-        _choice("model", self.model, MODELS)
+        check_model(self.model)
         _choice("sync_every", self.sync_every, SYNC_EVERY)
         _choice("worker_data", self.worker_data, WORKER_DATA)
         _choice("partition", self.partition, PARTITIONS)
@@ -76,6 +92,21 @@ class TrainConfig:
                 raise ConfigError(name, value, "an integer >= 1")
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
+        if self.strategy == "ps_async" and self.sync_every != "batch":
+            raise ConfigError("sync_every", self.sync_every, "'batch' for strategy='ps_async' (one update per batch)")
+        if self.strategy == "end_average" and (self.sync_every != "epoch" or self.epochs != 1):
+            raise ConfigError(
+                "strategy",
+                self.strategy,
+                f"end_average averages once, at the end of one epoch: needs sync_every='epoch' and epochs=1 "
+                f"(got {self.sync_every!r}, {self.epochs}); for several epochs use ps_sync with sync_every='epoch'",
+            )
+        if self.eval_every is not None and (
+            isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 1
+        ):
+            raise ConfigError("eval_every", self.eval_every, "None or an integer >= 1 (updates between evaluations)")
+        if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
+            raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
         self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
 
     @property
@@ -84,8 +115,9 @@ class TrainConfig:
         return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed, weight_decay=self.weight_decay)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (results are keyed by it)."""
-        return asdict(self)
+        """JSON-ready form (results are keyed by it; options left unset are left out, so older keys hold)."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if not (k in _OPTIONAL and v is None)}
 
 
 def _choice(parameter: str, value: object, allowed: tuple[str, ...]) -> None:

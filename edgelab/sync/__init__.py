@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 from edgelab.errors import ConfigError
+from edgelab.sync.asynchronous import ParameterServerAsync
 from edgelab.sync.base import DeviceUpdate, Strategy
 from edgelab.sync.parameter_server import ParameterServerSync
 
-STRATEGIES = ("ps_sync",)
+#: ``ps_sync``: MXNet ``dist_sync`` (barrier, mean of the updates); ``ps_async``: MXNet ``dist_async``
+#: (each update applied as it arrives); ``end_average``: Park 2020 section 2's asynchronous method
+#: (devices train alone, one average at the end of training).
+STRATEGIES = ("ps_sync", "ps_async", "end_average")
 
-__all__ = ["STRATEGIES", "DeviceUpdate", "ParameterServerSync", "Strategy", "build_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "DeviceUpdate",
+    "ParameterServerAsync",
+    "ParameterServerSync",
+    "Strategy",
+    "build_strategy",
+]
 
 
 def build_strategy(name: str, *, sync_every: str = "batch", momentum: float = 0.0) -> Strategy:
     """Build the strategy called ``name`` (a fresh one, with no state, for every run)."""
     if name == "ps_sync":
         return ParameterServerSync(sync_every=sync_every, momentum=momentum)
+    if name == "ps_async":
+        return ParameterServerAsync(momentum=momentum)
+    if name == "end_average":
+        return ParameterServerSync(sync_every="epoch", momentum=momentum)
     raise ConfigError("strategy", name, f"one of {', '.join(STRATEGIES)}")

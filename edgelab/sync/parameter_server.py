@@ -23,6 +23,10 @@ SYNC_EVERY = ("batch", "epoch")
 class ParameterServerSync(Strategy):
     """Synchronous parameter-server averaging after every batch or every epoch.
 
+    With ``sync_every="epoch"`` and one epoch it is Park 2020's section 2
+    reading of "asynchronous": every device trains on its own, and the server
+    averages once, at the end of training (strategy ``end_average``).
+
     Parameters
     ----------
     sync_every
@@ -33,6 +37,9 @@ class ParameterServerSync(Strategy):
     momentum
         Server momentum in [0, 1); 0 applies each round's averaged delta alone.
     """
+
+    #: whether updates are applied one by one as they arrive (no barrier)
+    asynchronous = False
 
     def __init__(self, *, sync_every: str = "batch", server_learning_rate: float = 1.0, momentum: float = 0.0) -> None:
         if sync_every not in SYNC_EVERY:
