@@ -40,6 +40,10 @@ class DeviceProfile:
         host (``native``): the speed factor is 1.
     reference_note
         Where ``reference_gflops`` comes from.
+    framework_mb, framework_note
+        Memory the training framework holds on the device before any model
+        (interpreter, libraries), and where the number comes from. What is
+        left, ``training_budget_mb``, is what a run's working set may use.
     """
 
     name: str
@@ -51,11 +55,18 @@ class DeviceProfile:
     latency_s: float
     reference_gflops: float | None
     reference_note: str = ""
+    framework_mb: int = 0
+    framework_note: str = ""
 
     @property
     def usable_memory_mb(self) -> int:
         """Memory left for training after the OS allowance."""
         return self.memory_mb - self.os_reserve_mb
+
+    @property
+    def training_budget_mb(self) -> int:
+        """Memory a training run may use above the OS and the framework's own footprint."""
+        return self.memory_mb - self.os_reserve_mb - self.framework_mb
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -79,6 +90,11 @@ PROFILES: dict[str, DeviceProfile] = {
             "assumed: about half the 4.8 GFLOPS float32 NEON peak of one Cortex-A53 "
             "core at 1.2 GHz (4 FLOP/cycle); not measured on a Pi here, so the "
             "report also calibrates on one paper cell"
+        ),
+        framework_mb=100,
+        framework_note=(
+            "assumed: Python and MXNet 0.9.5 on Raspbian; the paper's LeNet-CNN used about 300 MB on one "
+            "device, of which MNIST held as float32 (MXNet's example loads it whole) is about 188 MB"
         ),
     ),
     # Raspberry Pi 4 Model B, as in Jeon et al.: BCM2711, 4x Cortex-A72 at 1.5 GHz,
@@ -125,8 +141,14 @@ def with_memory(profile: DeviceProfile, memory_mb: int | None) -> DeviceProfile:
     """Return the profile with another memory size (``None`` keeps it)."""
     if memory_mb is None:
         return profile
-    if memory_mb <= profile.os_reserve_mb:
-        raise ConfigError("device_memory_mb", memory_mb, f"an integer > the OS allowance of {profile.os_reserve_mb} MB")
+    floor = profile.os_reserve_mb + profile.framework_mb
+    if memory_mb <= floor:
+        raise ConfigError(
+            "device_memory_mb",
+            memory_mb,
+            f"an integer > {floor} MB: the OS allowance ({profile.os_reserve_mb} MB) plus the framework's "
+            f"footprint ({profile.framework_mb} MB)",
+        )
     return replace(profile, memory_mb=int(memory_mb))
 
 
