@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from edgelab.device_model import for_profile
 from edgelab.devices import calibrate, get_profile
 from edgelab.errors import ConfigError
 from edgelab.experiments import park2020_lenet as lenet
@@ -52,6 +53,7 @@ def _run(
                 "working_set_bytes": 2**20,
                 "round_wall_s": round_wall_s,
                 "samples": 64,
+                "steps": 1,
             }
             for r in range(ROUNDS)
             for i in range(n)
@@ -211,10 +213,15 @@ def test_summarize_emulated_fits_the_one_device_cell_and_predicts_the_rest(plan:
     # Execute
     summary = lenet.summarize(plan, runs)
 
-    # Assert: calibrated and nominal rows; the fitted cell lands on the paper's 105 s
-    assert summary.clocks == ["calibrated", "nominal"]
+    # Assert: the device model's rows (primary), the per-table alternative's and the nominal ones;
+    # the per-table fitted cell lands on the paper's 105 s
+    assert summary.clocks == ["device_model", "calibrated", "nominal"]
     cal = summary.calibration["mlp"]
-    assert cal["clock"] == "calibrated" and cal["fitted_on_runs"] == 3
+    assert cal["clock"] == "device_model" and cal["fitted_on_runs"] == 3
+    device = summary.runs[summary.runs["clock"] == "device_model"].set_index(["devices", "repeat"])
+    per_step = float(for_profile("pi3b").compute_s("mlp", 1, 64))  # from counted FLOPs, whatever the host CPU
+    assert device.loc[(1, 0), "projected_s"] == pytest.approx(ROUNDS * per_step * SCALE)
+    assert device.loc[(3, 0), "projected_s"] > device.loc[(1, 0), "projected_s"]  # the link's latency
     assert cal["calibrated_speed_factor"] == pytest.approx(84.0)
     calibrated = summary.runs[summary.runs["clock"] == "calibrated"].set_index(["devices", "repeat"])
     assert calibrated.loc[(1, 0), "projected_s"] == pytest.approx(105.0)
@@ -287,13 +294,13 @@ def test_render_emulated_labels_assumptions_and_shows_the_noise(plan: lenet.Plan
         assert "device 2.0 GFLOPS assumed (not measured on a Pi)" in page
         assert item.verdict["checks"]
     table = (tmp_path / "park2020" / "table2.md").read_text()
-    assert "calibrated, full: range of repeats (s)" in table
+    assert "device_model, full: range of repeats (s)" in table
     # The same runs under each link model, labelled as alternatives
     assert "Link models, full setting" in table
     for name in LINK_MODELS:
         assert f"| {name} | " in table
     assert "| full duplex, master on device 0, CPU as measured (no contention correction) | " in table
-    assert "Host contention removed: the same batch cost +200% CPU at N=3 against N=1" in table
+    assert "host contention removed: the same batch cost +200% CPU at N=3 against N=1" in table
 
 
 # ------------------------------------------------------------ manifest, calibration

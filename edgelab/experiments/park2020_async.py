@@ -1,0 +1,302 @@
+"""Park et al. 2020, synchronous against asynchronous training: Figure 3 (a, b).
+
+Three ways to synchronize, on the same devices and data (``edgelab.sync``):
+
+* ``ps_sync``: MXNet ``dist_sync``, a barrier and the mean of the updates
+  every batch (section 3; every other figure of the paper);
+* ``ps_async``: MXNet ``dist_async``, each update applied as it arrives,
+  in the order the emulated clock gives (staleness recorded per update);
+* ``end_average``: section 2's definition, each device trains alone and the
+  server averages once, at the end of training.
+
+Fig 3a runs LeNet-CNN (MNIST; Table 2's setting) and ResNet 32x32 (CIFAR-10;
+Figure 5's) on ``devices`` devices for one epoch under each; Fig 3b evaluates
+asynchronous LeNet-CNN every ``eval_every`` updates on 1, 5 and 10 devices.
+Times are on the profile's device model (``edgelab.device_model``) and
+projected to the paper's epoch: ``steps per device in the paper's epoch /
+steps measured`` times the measured time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from edgelab import timeline
+from edgelab.cluster import DeviceCluster
+from edgelab.data import Dataset, load_dataset
+from edgelab.device_model import DeviceModel, for_profile
+from edgelab.devices import DeviceProfile, get_profile, with_memory
+from edgelab.errors import ConfigError, DataError
+from edgelab.experiments import harness
+from edgelab.experiments.harness import Outcome
+from edgelab.results import StoredRun
+from edgelab.sync import STRATEGIES
+from edgelab.timeline import Topology
+from edgelab.train import TrainConfig, check, train
+
+EXPERIMENT = "park2020_async"
+MEASUREMENT_REVISION = 1
+PAPER_TRAIN_SIZE = {"mnist": 60_000, "cifar10": 50_000}
+DATASET_OF = {"cnn": "mnist", "mlp": "mnist"}  # every ResNet trains on CIFAR-10
+
+FULL_PROFILE: dict[str, Any] = {
+    "profile": "full",
+    "devices": 10,
+    "progress_devices": [1, 5, 10],
+    "sample_limit": None,
+    "test_limit": 1000,
+    "resnet_max_steps": 8,
+    "eval_every": 50,
+}
+
+
+@dataclass(frozen=True)
+class AsyncParams:
+    """Every knob of the experiment; defaults are the smoke profile."""
+
+    models: tuple[str, ...] = ("cnn", "resnet32")
+    strategies: tuple[str, ...] = STRATEGIES
+    devices: int = 3
+    progress_devices: tuple[int, ...] = (1, 3)
+    lenet_batch: int = 64
+    resnet_batch: int = 32
+    lenet_worker_data: str = "full"
+    resnet_max_steps: int | None = 2
+    eval_every: int = 10
+    eval_limit: int = 500
+    sample_limit: int | None = 1920
+    test_limit: int | None = 500
+    device_profile: str = "pi3b"
+    device_memory_mb: int | None = None
+    scheduler_address: str | None = None
+    data_dir: str | None = None
+    seed: int = 0
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0001
+    monitor_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        for strategy in self.strategies:
+            if strategy not in STRATEGIES:
+                raise ConfigError("strategies", strategy, f"names among {', '.join(STRATEGIES)}")
+        for name in ("devices", "lenet_batch", "resnet_batch", "eval_every", "eval_limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "an integer >= 1")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.progress_devices):
+            raise ConfigError("progress_devices", self.progress_devices, "a list of integers >= 1")
+
+
+@dataclass(frozen=True)
+class AsyncRun:
+    """One run: a model, a strategy, a device count; ``progress`` runs evaluate every ``eval_every`` updates."""
+
+    model: str
+    strategy: str
+    devices: int
+    progress: bool = False
+
+
+@dataclass
+class Plan(harness.Plan):
+    """Validated work: the two datasets, the device, its model, every run."""
+
+    params: AsyncParams
+    datasets: dict[str, Dataset]
+    profile: DeviceProfile
+    runs: list[AsyncRun]
+    device_model: DeviceModel
+
+    def dataset(self, model: str) -> Dataset:
+        """The dataset a model trains on."""
+        return self.datasets[DATASET_OF.get(model, "cifar10")]
+
+    def config(self, run: AsyncRun) -> TrainConfig:
+        """The training configuration of a run."""
+        p = self.params
+        lenet = run.model in DATASET_OF
+        return TrainConfig(
+            model=run.model,
+            n_devices=run.devices,
+            batch_size=p.lenet_batch if lenet else p.resnet_batch,
+            worker_data=p.lenet_worker_data if lenet else "shard",
+            strategy=run.strategy,
+            sync_every="epoch" if run.strategy == "end_average" else "batch",
+            learning_rate=p.learning_rate,
+            momentum=p.momentum,
+            weight_decay=p.weight_decay,
+            seed=p.seed,
+            eval_every=p.eval_every if run.progress else None,
+            eval_limit=p.eval_limit if run.progress else None,
+            max_steps=None if lenet else p.resnet_max_steps,
+        )
+
+    def run_params(self, run: AsyncRun) -> dict[str, Any]:
+        """What a run's result depends on: its results-store key."""
+        d = self.dataset(run.model)
+        return {
+            "experiment": EXPERIMENT,
+            "measurement_revision": MEASUREMENT_REVISION,
+            "train": self.config(run).to_dict(),
+            "dataset": {"name": d.name, "source": d.source, "n_train": d.n_train, "n_test": d.n_test},
+            "device_profile": self.profile.name,
+            "device_memory_mb": self.profile.memory_mb,
+            "cluster": self.params.scheduler_address or "emulated",
+        }
+
+    def devices_needed(self, runs: list[AsyncRun]) -> int:
+        """The largest device count among ``runs``."""
+        return max(r.devices for r in runs)
+
+    def execute(self, cluster: DeviceCluster, run: AsyncRun, context: dict[str, Any]) -> Outcome:
+        """Train one run."""
+        result = train(
+            cluster,
+            self.dataset(run.model),
+            self.config(run),
+            monitor_interval_s=self.params.monitor_interval_s,
+            device_model=self.device_model,
+        )
+        summary = {
+            "cluster": context["cluster"],
+            "calibration": context["calibration"],
+            "dataset": self.dataset(run.model).provenance(),
+            "profile": asdict(self.profile),
+            "device_model": self.device_model.to_dict(),
+            "host": result.host,
+            "weights_sha256": result.weights_sha256,
+        }
+        tables = {"records": result.records, "evaluations": result.evaluations, "progress": result.progress}
+        return summary, tables
+
+
+def prepare(**kwargs: Any) -> Plan:
+    """Load both datasets and check every run, before any cluster work."""
+    params = harness.parse_params(AsyncParams, kwargs, sequences=("models", "strategies", "progress_devices"))
+    profile = with_memory(get_profile(params.device_profile), params.device_memory_mb)
+    names = sorted({DATASET_OF.get(m, "cifar10") for m in params.models} | {"mnist"})
+    datasets = {
+        name: load_dataset(
+            name,
+            data_dir=params.data_dir,
+            sample_limit=params.sample_limit,
+            test_limit=params.test_limit,
+            seed=params.seed,
+        )
+        for name in names
+    }
+    runs = [AsyncRun(m, s, params.devices) for m in params.models for s in params.strategies]
+    runs += [AsyncRun("cnn", "ps_async", n, progress=True) for n in sorted(params.progress_devices)]
+    runs.append(AsyncRun("cnn", "ps_sync", max(params.progress_devices), progress=True))
+    plan = Plan(params, datasets, profile, runs, for_profile(profile.name))
+    for r in runs:
+        check(
+            plan.config(r), n_train=plan.dataset(r.model).n_train, profile=profile, data_resident=r.model in DATASET_OF
+        )
+    return plan
+
+
+def missing_data(data_dir: str | None = None) -> str | None:
+    """Why the notebook cannot run here: no source supplies CIFAR-10 (ResNet's runs); None if one does."""
+    try:
+        load_dataset("cifar10", data_dir=data_dir, sample_limit=10, test_limit=10)
+    except DataError as exc:
+        return str(exc).replace("\n", "\n    ")
+    return None
+
+
+pending = harness.pending
+open_cluster = harness.open_cluster
+run = harness.run
+
+
+# ------------------------------------------------------------ summaries ----
+
+
+@dataclass
+class AsyncSummary:
+    """Each run's time (job and mean over devices), accuracy and staleness; the progress curves."""
+
+    runs: pd.DataFrame
+    progress: pd.DataFrame  # fig3b: updates (batches applied), samples seen, accuracy per run
+    device_model: DeviceModel
+    datasets: dict[str, Any]
+    profile: DeviceProfile
+
+
+def scale_of(plan: Plan, run: AsyncRun, records: pd.DataFrame) -> float:
+    """Steps per device in the paper's epoch over the steps each device measured."""
+    cfg = plan.config(run)
+    paper = PAPER_TRAIN_SIZE[plan.dataset(run.model).name]
+    shard = paper if cfg.worker_data == "full" else math.ceil(paper / run.devices)
+    measured = records.groupby("device")["steps"].sum().max()
+    return math.ceil(shard / cfg.batch_size) / float(measured)
+
+
+def summarize(plan: Plan, stored: list[StoredRun]) -> AsyncSummary:
+    """Read every run on the device model's clock, projected to the paper's epoch."""
+    rows, progress = [], []
+    for run, result in harness.by_run(plan, stored).items():
+        records = result.tables["records"]
+        scale = scale_of(plan, run, records)
+        if run.strategy == "ps_async":
+            finish = records.groupby("device")["t_applied_s"].max()
+            job_s, mean_s = float(finish.max()), float(finish.mean())
+        else:
+            compute = plan.device_model.records_compute_s(records, run.model)
+            rounds = timeline.compose(records, plan.profile, compute_s=compute, topology=Topology())
+            job_s = mean_s = float(rounds["elapsed_s"].iloc[-1])
+        rows.append(
+            {
+                "model": run.model,
+                "strategy": run.strategy,
+                "devices": run.devices,
+                "progress_run": run.progress,
+                "elapsed_s": job_s * scale,
+                "mean_device_s": mean_s * scale,
+                "scale": scale,
+                "accuracy": float(result.tables["evaluations"]["accuracy"].iloc[-1]),
+                "updates": int(records["update"].nunique()) if "update" in records else int(len(records)),
+                "staleness_mean": float(records["staleness"].mean()),
+                "staleness_max": int(records["staleness"].max()),
+                "n_train": plan.dataset(run.model).n_train,
+            }
+        )
+        table = result.tables.get("progress")
+        if table is not None and not table.empty:
+            progress.append(table.assign(model=run.model, strategy=run.strategy, devices=run.devices))
+    return AsyncSummary(
+        runs=pd.DataFrame(rows),
+        progress=pd.concat(progress, ignore_index=True) if progress else pd.DataFrame(),
+        device_model=plan.device_model,
+        datasets={k: d.provenance() for k, d in plan.datasets.items()},
+        profile=plan.profile,
+    )
+
+
+def ratios(summary: AsyncSummary) -> pd.DataFrame:
+    """Per model, what Fig 3a states: sync - async time, sync / async accuracy, for each asynchronous method."""
+    rows = []
+    runs = summary.runs[~summary.runs["progress_run"]]
+    for model, group in runs.groupby("model"):
+        by = group.set_index("strategy")
+        if "ps_sync" not in by.index:
+            continue
+        for method in ("ps_async", "end_average"):
+            if method in by.index:
+                rows.append(
+                    {
+                        "model": model,
+                        "method": method,
+                        "sync_minus_async_s": float(
+                            by.loc["ps_sync", "mean_device_s"] - by.loc[method, "mean_device_s"]
+                        ),
+                        "sync_over_async_accuracy": float(by.loc["ps_sync", "accuracy"] / by.loc[method, "accuracy"]),
+                    }
+                )
+    return pd.DataFrame(rows, columns=["model", "method", "sync_minus_async_s", "sync_over_async_accuracy"])
