@@ -18,7 +18,6 @@ import numpy as np
 import psutil
 from distributed import WorkerPlugin, get_worker
 
-from edgelab.errors import DeviceOutOfMemory
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 
@@ -250,7 +249,6 @@ class RoundTask:
     steps: int  # batches to train before synchronizing
     batch_size: int
     seed: int
-    memory_budget_mb: float | None = None  # working set allowed above the framework and the data
 
 
 def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, Any]]:
@@ -278,18 +276,12 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
     start = task.first_step * task.batch_size
     stop = min(len(order), start + task.steps * task.batch_size)
 
-    # The step's peak, not the RSS after it: the activations are freed (often unmapped) once the step ends.
+    # The step's peak, not the RSS after it: the activations are freed once the step ends.
     peak_measured = _reset_peak_rss()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     delta, loss = _train_steps(model, shard, weights, order[start:stop], task.steps, task.batch_size)
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     peak = _peak_rss() if peak_measured else None
-    # What training needs above the framework's footprint, the data the device holds left out
-    # (a Pi streams CIFAR from its card, MXNet's iterators do; this host keeps the shard in memory).
-    shard_bytes = int(shard.x.shape.num_elements()) * 4 + int(shard.y.shape.num_elements()) * 8
-    need = (peak if peak is not None else psutil.Process().memory_info().rss) - rt.baseline_rss - shard_bytes
-    if task.memory_budget_mb is not None and need > task.memory_budget_mb * 2**20:
-        raise DeviceOutOfMemory(rt.device, need / 2**20, task.memory_budget_mb)
 
     sent = nbytes(delta)
     rt.bytes_sent += sent
@@ -307,8 +299,6 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         "rss_bytes": rss,
         "working_set_bytes": rss - rt.baseline_rss,
         "peak_working_set_bytes": (peak - rt.baseline_rss) if peak is not None else None,
-        "training_memory_bytes": need,
-        "shard_bytes": shard_bytes,
         # The monitor's samples travel with the result, so a device that dies loses only its last round's.
         "monitor": rt.sampler.drain() if rt.sampler is not None else [],
     }
@@ -341,3 +331,19 @@ def stop_monitor(dask_worker: Any = None) -> list[dict[str, float]]:
     samples = rt.sampler.stop()
     rt.sampler = None
     return samples
+
+
+def probe_memory(model: str, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:
+    """What a training step of ``model`` needs on this device, measured in a fresh process (``memory_probe``)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "edgelab.memory_probe", model, str(batch_size)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))

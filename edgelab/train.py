@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from edgelab import async_schedule, runtime
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, partition
 from edgelab.device_model import FIT_CELLS, DeviceModel
 from edgelab.device_model import for_profile as device_model_for
-from edgelab.errors import ConfigError
+from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, Fleet
 from edgelab.model_costs import weight_count
@@ -95,6 +95,7 @@ class TrainRun:
     kills: pd.DataFrame = field(default_factory=pd.DataFrame)  # kills injected (edgelab.faults)
     weights: list[np.ndarray] = field(default_factory=list)  # the final global weights
     progress: pd.DataFrame = field(default_factory=pd.DataFrame)  # every eval_every updates: accuracy, loss
+    memory: dict[str, float] = field(default_factory=dict)  # the step's measured need (under a memory budget)
 
     @property
     def weights_sha256(self) -> str:
@@ -140,10 +141,17 @@ def train(
     with ``device_model``'s step times and ``topology``'s links; defaults: the
     profile's device model, ``Topology()``); every device keeps one batch in
     flight, trained from the weights as they were when it pulled them.
-    A step that needs more than ``cfg.memory_budget_mb`` raises
-    ``DeviceOutOfMemory`` (the run ends: the configuration does not fit).
+    Under ``cfg.memory_budget_mb``, what a step needs is first measured on the
+    first device in a fresh process (``edgelab.memory_probe``); a run that
+    needs more raises ``DeviceOutOfMemory`` before any training.
     """
-    check(cfg, n_train=dataset.n_train, profile=cluster.profile)
+    # With a memory budget the device measures each step against it; the estimate is only informative then.
+    check(
+        cfg,
+        n_train=dataset.n_train,
+        profile=cluster.profile,
+        memory="raise" if cfg.memory_budget_mb is None else "estimate",
+    )
     if cfg.n_devices > len(cluster.devices):
         raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
     schedule = kill_schedule(kills, cfg, dataset.n_train)
@@ -178,6 +186,11 @@ def train(
         fleet.point("monitor_start")
         fleet.run(todo, runtime.start_monitor, monitor_interval_s)
 
+    need: dict[str, float] = {}
+    if cfg.memory_budget_mb is not None:
+        need = probe_memory(cluster, devices[0], cfg)
+        if need["need_mb"] > cfg.memory_budget_mb:
+            raise DeviceOutOfMemory(devices[0], need["need_mb"], cfg.memory_budget_mb)
     fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
     records: list[dict[str, Any]] = []
     monitor: list[dict[str, Any]] = []
@@ -230,7 +243,6 @@ def train(
                         1 if cfg.sync_every == "batch" else steps[i],
                         cfg.batch_size,
                         cfg.seed,
-                        cfg.memory_budget_mb,
                     )
                     for i, device in enumerate(devices)
                     if first < steps[i]
@@ -277,6 +289,7 @@ def train(
         recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
         kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
         weights=weights,
+        memory=need,
     )
 
 
@@ -376,9 +389,7 @@ def _train_async(
         row = plan.iloc[update]
         i, step = int(row.device_index), int(row.step)
         epoch, first = divmod(step, steps[i])
-        return runtime.RoundTask(
-            run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed, cfg.memory_budget_mb
-        )
+        return runtime.RoundTask(run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed)
 
     def pull(update: int, pulled: list[np.ndarray]) -> None:
         device = devices[int(plan.iloc[update].device_index)]
@@ -434,3 +445,18 @@ def _train_async(
 
 def _shard_sizes(cfg: TrainConfig, dataset: Dataset) -> list[int]:
     return samples_per_device(cfg, dataset.n_train)
+
+
+# Measured needs per (scheduler, profile, model, batch): the same step needs the same memory on every run.
+_PROBED: dict[tuple[str, str, str, int], dict[str, float]] = {}
+
+
+def probe_memory(cluster: DeviceCluster, device: str, cfg: TrainConfig) -> dict[str, float]:
+    """What one training step of ``cfg`` needs on ``device``, measured in a fresh process there (MB)."""
+    key = (str(cluster.client.scheduler.address), cluster.profile.name, cfg.model, cfg.batch_size)
+    if key not in _PROBED:
+        future = cluster.client.submit(
+            runtime.probe_memory, cfg.model, cfg.batch_size, resources={device_resource(device): 1}, pure=False
+        )
+        _PROBED[key] = dict(future.result())
+    return dict(_PROBED[key])

@@ -27,3 +27,11 @@ def plantvillage_dir(shared_data_dir: Path) -> Path:
     if not (shared_data_dir / "plantvillage_tomato" / "plantvillage_tomato_jpeg.npz").is_file():
         pytest.skip(f"no PlantVillage sample in {shared_data_dir}")
     return shared_data_dir
+
+
+@pytest.fixture
+def cifar10_dir(shared_data_dir: Path) -> Path:
+    """Return the data directory holding the CIFAR-10 lossless subset, or skip if absent."""
+    if not (shared_data_dir / "cifar10" / "cifar10_lossless_subset.npz").is_file():
+        pytest.skip(f"no CIFAR-10 lossless subset in {shared_data_dir}")
+    return shared_data_dir

@@ -122,3 +122,4 @@ def test_a_step_over_the_memory_budget_ends_the_run_as_out_of_memory(cluster: De
     with pytest.raises(DeviceOutOfMemory, match="ran out of memory") as caught:
         train(cluster, dataset, cfg)
     assert caught.value.needed_mb > 0.001
+    assert caught.value.device == "pi3b-0"
