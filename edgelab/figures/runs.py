@@ -94,7 +94,8 @@ def contention_line(summary: Any, model: str) -> str:
     cells = rows.groupby("devices")["contention"].first()
     worst = cells.idxmax()
     return (
-        f"CPU-time clocks (the per-table alternative, nominal): host contention removed: the same batch cost {cells[worst] - 1:+.0%} CPU at N={worst} against N=1 "
+        "CPU-time clocks (the per-table alternative, nominal): host contention removed: "
+        f"the same batch cost {cells[worst] - 1:+.0%} CPU at N={worst} against N=1 "
         f"({worst} device processes share this host's 2 cores and caches; separate boards do not), so each "
         f"cell's CPU is scaled to the 1-device runs' (assumed: a board's batch costs the same whatever the "
         f"number of boards). Per N: " + ", ".join(f"{n}: x{c:.2f}" for n, c in cells.items()) + "."
