@@ -103,6 +103,19 @@ class Plan(ABC):
         return {"calibration": calibrate(profile).to_dict(), "cluster": cluster.info}
 
 
+def missing_dataset(name: str, data_dir: str | None = None, **options: Any) -> str | None:
+    """Why an experiment cannot run here: no source supplies dataset ``name`` (the attempts, indented); else None."""
+    from edgelab.data import load_dataset
+    from edgelab.errors import DataError
+
+    try:
+        load_dataset(name, data_dir=data_dir, sample_limit=10, test_limit=10, **options)
+    except DataError as exc:
+        # The attempts and the fix, each on its own line under the skip message.
+        return str(exc).replace("\n", "\n    ")
+    return None
+
+
 def pending(plan: Plan, store: ResultsStore) -> list[Any]:
     """Runs of ``plan`` the store does not hold yet, in the plan's order."""
     return [r for r in plan.runs if store.get(plan.run_params(r)) is None]

@@ -37,7 +37,7 @@ from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
 from edgelab.device_model import DeviceModel, for_profile
 from edgelab.devices import DeviceProfile, get_profile, with_memory
-from edgelab.errors import ConfigError, DataError, DeviceOutOfMemory
+from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.model_costs import parameter_count, weight_count
@@ -242,11 +242,7 @@ def prepare(**kwargs: Any) -> Plan:
 
 def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies CIFAR-10; None if one does."""
-    try:
-        load_dataset("cifar10", data_dir=data_dir, sample_limit=10, test_limit=10)
-    except DataError as exc:
-        return str(exc).replace("\n", "\n    ")
-    return None
+    return harness.missing_dataset("cifar10", data_dir)
 
 
 pending = harness.pending

@@ -1,0 +1,62 @@
+"""The ResNet and Fig 3 experiments check their parameters and plan every run before any cluster work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgelab.device_model import for_profile
+from edgelab.errors import ConfigError
+from edgelab.experiments import park2020_async, park2020_resnet
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"depths": [33]}, "depths"),
+        ({"batch_sizes": [0]}, "batch_sizes"),
+        ({"device_counts": []}, "device_counts"),
+        ({"table4_epochs": -1}, "table4_epochs"),
+        ({"dataset": "mnist"}, "dataset"),
+        ({"device_memory_mb": 250}, "device_memory_mb"),
+        ({"nope": 1}, "nope"),
+    ],
+)
+def test_resnet_bad_input_names_the_parameter(kwargs: dict, parameter: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{parameter}="):
+        park2020_resnet.prepare(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"strategies": ["ps_async", "gossip"]}, "strategies"),
+        ({"devices": 0}, "devices"),
+        ({"eval_every": 0}, "eval_every"),
+    ],
+)
+def test_async_bad_input_names_the_parameter(kwargs: dict, parameter: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{parameter}="):
+        park2020_async.prepare(**kwargs)
+
+
+def test_resnet_plan_estimates_memory_and_the_paper_rounds(cifar10_dir: Path) -> None:
+    plan = park2020_resnet.prepare(data_dir=str(cifar10_dir), depths=[32, 110], batch_sizes=[32, 128])
+    facts = park2020_resnet.deterministic_facts(plan)
+    one = facts[(facts["model"] == "resnet32") & (facts["batch"] == 32) & (facts["devices"] == 1)].iloc[0]
+    assert one["syncs_per_device_per_paper_epoch"] == 1563  # ceil(50,000 / 32)
+    assert one["parameters"] == 466_906
+    # The estimate says ResNet-110 at batch 128 cannot fit the Pi's 724 MB training budget; 32x32 fits.
+    assert plan.memory_mb[(110, 128)]["total"] > plan.profile.training_budget_mb
+    assert plan.memory_mb[(32, 32)]["total"] < plan.profile.training_budget_mb
+    assert plan.device_model == for_profile("pi3b")
+
+
+def test_async_plan_has_every_method_and_the_progress_runs(cifar10_dir: Path) -> None:
+    plan = park2020_async.prepare(data_dir=str(cifar10_dir), devices=3, progress_devices=[1, 3])
+    fig3a = {(r.model, r.strategy) for r in plan.runs if not r.progress}
+    assert fig3a == {(m, s) for m in ("cnn", "resnet32") for s in ("ps_sync", "ps_async", "end_average")}
+    progress = [(r.strategy, r.devices) for r in plan.runs if r.progress]
+    assert progress == [("ps_async", 1), ("ps_async", 3), ("ps_sync", 3)]
+    assert plan.config(plan.runs[2]).sync_every == "epoch"  # end_average: one average, at the end
