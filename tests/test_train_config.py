@@ -219,5 +219,6 @@ def test_estimate_memory_of_streamed_data_leaves_the_data_out() -> None:
 
 
 def test_memory_below_the_framework_footprint_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"device_memory_mb=300 .* > 300 MB: the OS allowance \(200 MB\) plus the framework"):
+    allowed = r"device_memory_mb=300 .* > 300 MB: the OS allowance \(200 MB\) plus the framework"
+    with pytest.raises(ConfigError, match=allowed):
         with_memory(PI3B, 300)

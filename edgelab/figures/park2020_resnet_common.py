@@ -1,0 +1,277 @@
+"""What every Park et al. 2020 ResNet item shares (``edgelab.figures.park2020_resnet``).
+
+The rows an item reads from a ``ResnetSummary`` (trained, out of memory, by
+clock), the CSV rows that put the paper's value beside the measured and
+per-table ones, the lines every item states (the clock, the projection, the
+data, the device's memory budget, the topology), the checks' labelling, and
+how an item is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab import verdict as policy
+from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
+from edgelab.figures.runs import CLOCK_LABEL
+from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.reference import load_reference
+from edgelab.report import ReportItem
+from edgelab.timeline import Topology
+from edgelab.verdict import Check, Noise, Verdict
+
+PRIMARY, ALTERNATIVE = "device_model", "per_table"
+#: One run per cell and no repeats: the noise is not measured, and every verdict says so.
+NO_NOISE = Noise()
+_COLUMNS = [
+    "depth", "batch", "devices", "epochs", "config", "paper_rounds", "clock", "outcome", "rounds_measured", "scale",
+    "projected_s", "accuracy", "cpu_pct", "measured_mb", "estimated_mb", "budget_mb", "rss_mb_host",
+    "sent_kb_epoch", "received_kb_epoch", "sent_kb_s", "received_kb_s",
+]  # fmt: skip
+UNITS = {
+    "projected_s": "s", "accuracy": "", "cpu_pct": "%", "device_mb": "MB", "measured_mb": "MB", "estimated_mb": "MB",
+    "rss_mb_host": "MB", "sent_kb_s": "KB/s", "received_kb_s": "KB/s", "sent_kb_epoch": "KB/epoch",
+    "received_kb_epoch": "KB/epoch", "paper_rounds": "per device per epoch",
+}  # fmt: skip
+_MD_COLUMNS = ["config", "devices", "epoch", "metric", "unit", "paper", "paper_note", "measured", "per_table"]
+_MD_COLUMNS += ["outcome"]
+
+
+def select(summary: ResnetSummary, clock: str = PRIMARY, *, multi_epoch: bool = False) -> pd.DataFrame:
+    """Trained rows of one clock: the grid's one-epoch runs, or Table 4's multi-epoch run.
+
+    Adds ``device_mb``: the profile's framework footprint (assumed) plus the
+    measured working set, the memory a device's training process would hold.
+    """
+    runs = summary.runs
+    if runs.empty or "outcome" not in runs:
+        return pd.DataFrame(columns=[*_COLUMNS, "device_mb"])
+    rows = runs[(runs["clock"] == clock) & (runs["outcome"] == "trained")]
+    rows = rows[rows["epochs"] > 1] if multi_epoch else rows[rows["epochs"] == 1]
+    rows = rows.assign(device_mb=rows["measured_mb"] + summary.profile.framework_mb)
+    return rows.sort_values(["depth", "batch", "devices"])
+
+
+def out_of_memory(summary: ResnetSummary) -> pd.DataFrame:
+    """The grid's out-of-memory rows (one epoch), one per configuration and device count."""
+    runs = summary.runs
+    if runs.empty or "outcome" not in runs:
+        return pd.DataFrame(columns=_COLUMNS)
+    rows = runs[(runs["outcome"] == "out_of_memory") & (runs["epochs"] == 1)]
+    return rows.drop_duplicates(["config", "devices"]).sort_values(["depth", "batch", "devices"])
+
+
+def series(frame: pd.DataFrame, config: str, column: str) -> pd.Series:
+    """One configuration's values, indexed by device count."""
+    rows = frame[frame["config"] == config]
+    return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int)).sort_index()
+
+
+def paper_values(item_id: str, metric: str, contains: str = "") -> list[float]:
+    """The values of one metric among an item's prose rows whose condition contains ``contains``."""
+    ref = load_reference(item_id)
+    rows = ref[(ref["metric"] == metric) & ref["condition"].astype(str).str.contains(contains, regex=False)]
+    return [float(v) for v in rows["value"]]
+
+
+def projection(row: Any) -> str:
+    """``measured R of P rounds per device, projected xS``: how a run's epoch was reached."""
+    return (
+        f"measured {int(row.rounds_measured)} of {int(row.paper_rounds)} rounds per device, projected x{row.scale:.1f}"
+    )
+
+
+def oom_note(row: Any) -> str:
+    """Why a configuration did not train: its need against the budget."""
+    return (
+        f"out of memory: the step needs {row.measured_mb:,.0f} MB above the framework (estimated "
+        f"{row.estimated_mb:,.0f} MB), the training budget is {row.budget_mb:,.0f} MB"
+    )
+
+
+def networked(devices: list[int], topology: Topology) -> list[int]:
+    """The device counts whose exchange crosses the network (none at N=1 when the server is on the device)."""
+    return [n for n in devices if n >= 2 or not topology.master_is_device]
+
+
+def full_epoch(rows: pd.DataFrame) -> tuple[bool, int]:
+    """Whether every run trained the paper's whole epoch, and the fewest images any of them trained."""
+    if rows.empty:
+        return False, 0
+    full = bool((rows["rounds_measured"] >= rows["paper_rounds"]).all())
+    seen = (rows["rounds_measured"] * rows["batch"] * rows["devices"]).min()
+    return full, PAPER_TRAIN_SIZE if full else int(seen)
+
+
+def cell_rows(
+    summary: ResnetSummary,
+    item_id: str,
+    keys: list[tuple[str, Any]],
+    column: str,
+    metric: str,
+    paper: dict[tuple[str, Any], tuple[float, str]] | None = None,
+) -> list[dict[str, Any]]:
+    """One CSV row per (config, devices): the paper's value beside the measured and per-table ones, or the outcome."""
+    dm, pt = (select(summary, c).set_index(["config", "devices"]) for c in (PRIMARY, ALTERNATIVE))
+    oom = out_of_memory(summary).set_index(["config", "devices"])
+    rows = []
+    for key in keys:
+        value, note = (paper or {}).get(key, (np.nan, ""))
+        row: dict[str, Any] = {"id": item_id, "config": key[0], "devices": key[1], "metric": metric}
+        row |= {"unit": UNITS.get(column, ""), "paper": value, "paper_note": note, "measured": np.nan}
+        row |= {"per_table": np.nan, "outcome": "not run", "note": ""}
+        if key in dm.index:
+            r = dm.loc[key]
+            row |= {"measured": r[column], "outcome": "trained", "note": projection(r)}
+            row |= {k: r[k] for k in ("rounds_measured", "paper_rounds", "scale")}
+            row["per_table"] = pt.loc[key, column] if key in pt.index else np.nan
+        elif key in oom.index:
+            row |= {
+                "outcome": "out_of_memory",
+                "note": oom_note(oom.loc[key]),
+                "paper_rounds": oom.loc[key].paper_rounds,
+            }
+        elif key[1] is None or (isinstance(key[1], float) and np.isnan(key[1])):
+            row["outcome"] = "paper only"
+        rows.append(row)
+    return rows
+
+
+def context_lines(summary: ResnetSummary, rows: pd.DataFrame, *, accuracy: bool = False) -> list[str]:
+    """What every ResNet item states: the clock, the projection, the data, the memory budget, the topology."""
+    factor = summary.per_table_factor
+    _, depth, batch, devices, target = PER_TABLE_CELL
+    alt = (
+        f"Per-table alternative (labelled '{ALTERNATIVE}', beside the primary values in the table and CSV, not "
+        f"judged): host CPU time x {factor:.2f}, fitted on this experiment's own {depth}x{batch} {devices}-device "
+        f"cell ({target:,.0f} s), which on that clock is fitted, not predicted."
+        if factor is not None
+        else f"Per-table alternative: none (the {depth}x{batch} {devices}-device cell did not train)."
+    )
+    lines = [
+        f"Clock: {CLOCK_LABEL[PRIMARY]}: {summary.device_model.describe()}. Nothing of this experiment is fitted: "
+        f"every time, rate and CPU share here is a prediction. {alt}",
+        "",
+        "Projection (a round is one batch and one synchronization per device; under per-batch synchronization every "
+        "round of an epoch costs the same, so one epoch of the paper's 50,000 images is the measured rounds times "
+        f"the scale; max_steps = {summary.max_steps}):",
+        "",
+        *[f"- {r.config} N={r.devices}, {r.epochs} epoch(s): {projection(r)}" for r in rows.itertuples()],
+        *([] if len(rows) else ["- no trained run"]),
+        "",
+    ]
+    d, p = summary.dataset, summary.profile
+    notes = "; ".join(f"{k}: {v}" for k, v in (d.get("notes") or {}).items()) or "none"
+    lines.append(
+        f"Data: {d.get('name', 'cifar10')} from {d.get('source')} ({d.get('checksum_status')}), "
+        f"{d.get('n_train', 0):,} training and {d.get('n_test', 0):,} test images (the paper's epoch: "
+        f"{PAPER_TRAIN_SIZE:,}). Data notes: {notes}."
+    )
+    lines.append(
+        f"Device memory ({p.name}): {p.memory_mb} MB - {p.os_reserve_mb} MB OS - {p.framework_mb} MB framework "
+        f"({p.framework_note}) = {p.training_budget_mb} MB training budget. A configuration whose step "
+        "needs more ends as out of memory, recorded as a result. Measured need: the step's peak working set above "
+        "the framework on this host's TensorFlow, data excluded (a Pi streams CIFAR-10 from its card)."
+    )
+    lines.append(f"Topology: {summary.topology.describe()}.")
+    if accuracy:
+        lines.append(
+            "Accuracy: test accuracy after the measured rounds only, on the test images above; judged only when a "
+            "run trained the paper's whole epoch (rounds measured = the paper's rounds), otherwise not judged."
+        )
+    return lines
+
+
+def level(
+    paper: pd.Series,
+    measured: pd.Series,
+    cells: list[Any],
+    *,
+    what: str,
+    at: str = "N=",
+    unit: str = "",
+    each: bool = False,
+) -> Check:
+    """``policy.level`` with the claim named and the cell labelled (a config, an epoch, a device count)."""
+    return named(policy.level(paper, measured, list(cells), NO_NOISE, unit=unit, each=each), what, at=at)
+
+
+def named(check: Check, what: str, *, at: str = "N=") -> Check:
+    """The check with its claim named and its cells labelled ``at`` (a config, an epoch, a batch) instead of N."""
+    return replace(check, measured=f"{what}: {check.measured.replace('N=', at)}")
+
+
+def undecided(name: str, measured: str, rule: str, note: str = "") -> Check:
+    """A check the data cannot decide."""
+    return Check(name, None, measured, rule, note)
+
+
+def gate(check: Check, judged: bool, note: str) -> Check:
+    """The check as computed when ``judged``; otherwise shown but not judged, with why."""
+    return check if judged else replace(check, passed=None, note=note)
+
+
+def finish(
+    summary: ResnetSummary,
+    item_id: str,
+    title: str,
+    fig: Any,
+    table: pd.DataFrame,
+    body: list[str],
+    verdict: Verdict,
+    *,
+    clock: str,
+    root: Path | None,
+    common: dict[str, Any],
+    accuracy: bool = False,
+) -> ReportItem:
+    """Write an item's CSV, Markdown and PNG and return its manifest entry."""
+    shown = pd.concat([select(summary), select(summary, multi_epoch=True)])
+    if "devices" in table:  # integers, blank where the paper states no device count
+        table = table.assign(devices=pd.to_numeric(table["devices"]).astype("Int64"))
+    md_table = table[[c for c in _MD_COLUMNS if c in table]].round(3)
+    lines = [f"# {item_id}: {title}", "", *context_lines(summary, shown, accuracy=accuracy), "", verdict.markdown()]
+    md = "\n".join([*lines, *body, "", markdown_table(md_table)])
+    files = [save_figure(fig, item_id, root=root), *save_table(table, md, item_id, root=root)]
+    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=clock, **common)
+
+
+def time_clock(summary: ResnetSummary) -> str:
+    """The manifest's clock line of an item on the primary clock."""
+    return f"{CLOCK_LABEL[PRIMARY]}: {summary.device_model.describe()}"
+
+
+def order(config: str) -> tuple[int, ...]:
+    """Sort key of a configuration ``LxB``: depth, then batch."""
+    return tuple(int(x) for x in config.split("x"))
+
+
+def configs_shown(summary: ResnetSummary, extra: list[str]) -> list[str]:
+    """Every configuration planned or run, and those the paper speaks of, by depth then batch."""
+    names = set(extra) | set(summary.memory.get("config", [])) | set(summary.runs.get("config", []))
+    return sorted(names, key=order)
+
+
+def bars(ax: Any, dm: pd.DataFrame, oom: pd.DataFrame, configs: list[str], column: str) -> dict[str, int]:
+    """One bar per (config, N); an out-of-memory cell is a red X at the axis with 'OOM', never a bar of 0."""
+    x = {c: i for i, c in enumerate(configs)}
+    ns = sorted(set(dm["devices"]) | set(oom["devices"]))
+    width = 0.8 / max(len(ns), 1)
+    for j, n in enumerate(ns):
+        off = (j - (len(ns) - 1) / 2) * width
+        rows = dm[dm["devices"] == n]
+        ax.bar([x[c] + off for c in rows["config"]], rows[column].to_numpy(float), width, label=f"N={n}")
+        for i, c in enumerate(oom.loc[oom["devices"] == n, "config"]):
+            axis = ax.get_xaxis_transform()  # x in data, y in axes: the mark sits on the axis whatever the scale
+            label = "out of memory (no value)" if j == 0 and i == 0 else None
+            ax.plot(x[c] + off, 0.03, marker="X", color="red", ms=9, transform=axis, label=label, ls="none")
+            ax.text(x[c] + off, 0.08, "OOM", color="red", rotation=90, ha="center", fontsize=7, transform=axis)
+    ax.set_xticks(range(len(configs)), configs)
+    ax.set_xlim(-0.5, len(configs) - 0.5)
+    ax.set_xlabel("ResNet configuration (layers x batch)")
+    return x

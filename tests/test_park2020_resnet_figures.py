@@ -1,0 +1,193 @@
+"""The ResNet items of Park et al. 2020 rendered from a small synthetic summary (no cluster, no data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from edgelab.device_model import for_profile
+from edgelab.devices import get_profile
+from edgelab.experiments.park2020_resnet import ResnetRun, ResnetSummary, paper_rounds
+from edgelab.figures.park2020_resnet import render_resnet
+from edgelab.report import STATUSES
+from edgelab.timeline import Topology
+
+IDS = {f"park2020/fig5{p}" for p in "ab"} | {f"park2020/fig{n}{p}" for n in (6, 7) for p in "abcd"}
+IDS |= {"park2020/table3", "park2020/table4"}
+JPEG_NOTE = "JPEG quality 75 copy: about 2-3 accuracy points below the lossless images"
+PAPER_TABLE4_S = [2212, 4391, 6598, 8787, 10989]
+PAPER_TABLE4_ACC = [0.384, 0.510, 0.584, 0.669, 0.649]
+
+
+def _trained(
+    depth: int, batch: int, devices: int, clock: str, *, epochs: int = 1, full: bool = False
+) -> dict[str, Any]:
+    run = ResnetRun(depth, batch, devices, epochs)
+    rounds = paper_rounds(run)
+    measured = rounds if full else 2
+    projected = 20_000.0 * depth / 32 / devices * (1.1 if clock == "per_table" else 1.0)
+    kb_epoch = 0.0 if devices == 1 else 300_000.0 * depth / 32 * 32 / batch
+    return {
+        "depth": depth,
+        "batch": batch,
+        "devices": devices,
+        "epochs": epochs,
+        "config": f"{depth}x{batch}",
+        "paper_rounds": rounds,
+        "clock": clock,
+        "outcome": "trained",
+        "estimated_mb": 120.0 + depth + batch,
+        "rounds_measured": measured,
+        "scale": rounds / measured,
+        "elapsed_measured_s": projected * measured / rounds,
+        "projected_s": projected,
+        "accuracy": 0.2 + 0.01 * devices,
+        "cpu_pct": 24.0,
+        "compute_share": 0.95,
+        "measured_mb": 150.0 + depth + batch,
+        "rss_mb_host": 700.0,
+        "sent_kb_epoch": kb_epoch,
+        "received_kb_epoch": kb_epoch,
+        "sent_kb_s": kb_epoch / projected,
+        "received_kb_s": kb_epoch / projected,
+        "bytes_per_sync": 1_870_000,
+        "parameters": 467_000,
+    }
+
+
+def _summary(*, t4_devices: int = 2, t4_full: bool = False, t4_time: float = 1.0) -> ResnetSummary:
+    """A grid of 32x32, 32x64, 110x32 on 1, 2 and 10 devices, 110x64 out of memory, and Table 4's run."""
+    rows = []
+    for depth, batch, n, clock in (
+        (d, b, n, c)
+        for d, b in ((32, 32), (32, 64), (110, 32))
+        for n in (1, 2, 10)
+        for c in ("device_model", "per_table")
+    ):
+        rows.append(_trained(depth, batch, n, clock))
+    for n in (1, 2, 10):
+        oom = {"depth": 110, "batch": 64, "devices": n, "epochs": 1, "config": "110x64", "clock": "device_model"}
+        oom |= {"paper_rounds": paper_rounds(ResnetRun(110, 64, n)), "outcome": "out_of_memory"}
+        rows.append(oom | {"estimated_mb": 933.0, "measured_mb": 905.0, "budget_mb": 724.0})
+    epochs = []
+    for clock in ("device_model", "per_table"):
+        rows.append(_trained(32, 32, t4_devices, clock, epochs=5, full=t4_full))
+        base = {"depth": 32, "batch": 32, "devices": t4_devices, "epochs": 5, "config": "32x32", "clock": clock}
+        for e, (s, acc) in enumerate(zip(PAPER_TABLE4_S, PAPER_TABLE4_ACC, strict=True), start=1):
+            epochs.append(base | {"epoch": e, "epoch_s": 2200.0 * t4_time, "elapsed_s": s * t4_time, "accuracy": acc})
+    memory = pd.DataFrame(
+        [
+            {"config": c, "depth": d, "batch": b, "estimated_mb": e, "measured_mb": m, "budget_mb": 724}
+            | {"estimate_says": "fits" if e <= 724 else "out_of_memory", "outcome": o}
+            for c, d, b, e, m, o in (
+                ("32x32", 32, 32, 184.0, 214.0, "trained"),
+                ("32x64", 32, 64, 216.0, 246.0, "trained"),
+                ("110x32", 110, 32, 262.0, 292.0, "trained"),
+                ("110x64", 110, 64, 933.0, 905.0, "out_of_memory"),
+            )
+        ]
+    )
+    dataset = {"name": "cifar10", "source": "data_dir_jpeg", "checksum_status": "verified", "n_train": 512}
+    dataset |= {
+        "n_test": 200,
+        "full_train_size": 50_000,
+        "tried": [],
+        "class_names": [],
+        "notes": {"images": JPEG_NOTE},
+    }
+    return ResnetSummary(
+        runs=pd.DataFrame(rows),
+        epochs=pd.DataFrame(epochs),
+        memory=memory,
+        device_model=for_profile("pi3b"),
+        per_table_factor=42.0,
+        dataset=dataset,
+        topology=Topology(),
+        profile=get_profile("pi3b"),
+        max_steps=2,
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("reports")
+    items = render_resnet(_summary(), root=root, notebook="test", parameters={"profile": "synthetic"})
+    return root, {item.id: item for item in items}
+
+
+def test_every_item_is_rendered_with_its_files(rendered: tuple[Path, dict[str, Any]]) -> None:
+    root, items = rendered
+    assert set(items) == IDS
+    model = for_profile("pi3b").describe()
+    for item_id, item in items.items():
+        assert item.status in STATUSES and item.paper_values_shown
+        assert {Path(f).suffix for f in item.files} == {".png", ".csv", ".md"}
+        for f in item.files:
+            assert Path(f).is_file() and Path(f).stat().st_size > 0 and Path(f).is_relative_to(root)
+        md = Path(next(f for f in item.files if str(f).endswith(".md"))).read_text()
+        for needed in (model, "projected x", "724 MB training budget", JPEG_NOTE, f"**Verdict: {item.status}.**"):
+            assert needed in md, (item_id, needed)
+
+
+def test_out_of_memory_is_labelled_not_zero(rendered: tuple[Path, dict[str, Any]]) -> None:
+    root, items = rendered
+    fig5a = pd.read_csv(root / "park2020" / "fig5a.csv")
+    oom = fig5a[fig5a["config"] == "110x64"]
+    assert len(oom) == 3 and (oom["outcome"] == "out_of_memory").all()
+    assert oom["measured"].isna().all() and (oom["note"].str.contains("out of memory")).all()
+    assert not (fig5a["measured"] == 0).any()
+    # The paper trained 110x64 at about 600 MB: here it does not fit, so fig7b differs and says why.
+    assert items["park2020/fig7b"].status == "differs" and "905 MB" in items["park2020/fig7b"].why
+    assert all(items[f"park2020/fig7{p}"].status == "not judged" for p in "acd")
+
+
+def test_table3_shows_the_paper_beside_the_measurement(rendered: tuple[Path, dict[str, Any]]) -> None:
+    root, _ = rendered
+    table = pd.read_csv(root / "park2020" / "table3.csv")
+    cpu = table[table["metric"] == "cpu_utilization_pct"].set_index("config")
+    assert cpu.loc["32x32", "paper"] == 39.5 and cpu.loc["32x32", "measured"] == 24.0
+    assert cpu.loc["32x32", "per_table"] == 24.0 and cpu.loc["32x32", "devices"] == 10
+    assert cpu.loc["32x128", "outcome"] == "not run" and pd.isna(cpu.loc["32x128", "measured"])
+    assert "P15" in cpu.loc["32x128", "paper_note"]
+    memory = table[table["metric"] == "memory_usage_mb"].set_index("config")
+    assert memory.loc["110x32", "paper"] == 398.1 and memory.loc["110x32", "measured"] == 150 + 110 + 32 + 100
+
+
+def test_fig5a_predicts_the_paper_s_times(rendered: tuple[Path, dict[str, Any]]) -> None:
+    _, items = rendered
+    checks = items["park2020/fig5a"].verdict["checks"]
+    assert [c["outcome"] for c in checks if c["name"] == "level"] == ["holds", "holds"]
+    assert items["park2020/fig5a"].verdict["fitted"] == []
+
+
+def test_accuracy_is_not_judged_on_part_of_an_epoch(rendered: tuple[Path, dict[str, Any]]) -> None:
+    _, items = rendered
+    assert items["park2020/fig5b"].status == "not judged"
+    # Table 4's run used 2 devices, not the paper's 10: its time is shown, not judged.
+    assert items["park2020/table4"].status == "not judged"
+    assert "the paper's 32x32 on 10" in items["park2020/table4"].why
+
+
+def test_table4_verdict_follows_the_measurement(tmp_path: Path) -> None:
+    same = render_resnet(_summary(t4_devices=10, t4_full=True), root=tmp_path)
+    assert next(i for i in same if i.id == "park2020/table4").status == "reproduced"
+    wrong = render_resnet(_summary(t4_devices=10, t4_full=True, t4_time=3.0), root=tmp_path)
+    table4 = next(i for i in wrong if i.id == "park2020/table4")
+    assert table4.status == "differs" and "cumulative time" in table4.why
+
+
+def test_one_device_count_and_no_table4_run_is_not_judged(tmp_path: Path) -> None:
+    full = _summary()
+    runs = full.runs[(full.runs["devices"] == 1) & (full.runs["clock"] == "device_model")]
+    summary = ResnetSummary(**{**vars(full), "runs": runs, "epochs": pd.DataFrame(), "per_table_factor": None})
+    items = {i.id: i for i in render_resnet(summary, root=tmp_path)}
+    assert set(items) == IDS and all(i.status in STATUSES for i in items.values())
+    for item_id in ("park2020/fig6c", "park2020/fig6d", "park2020/table4"):
+        assert items[item_id].status == "not judged", item_id
+    # One device count: the CPU spread across N (C11) cannot be judged; the level against 40 % still can.
+    spread = next(c for c in items["park2020/fig6a"].verdict["checks"] if c["name"] == "bound")
+    assert spread["outcome"] == "not judged"
+    assert "Per-table alternative: none" in (tmp_path / "park2020" / "fig5a.md").read_text()
