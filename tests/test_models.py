@@ -85,6 +85,33 @@ def test_same_seed_gives_identical_initial_weights(built: dict[str, Any], name: 
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["cnn", "resnet8"])
+def test_other_threads_drawing_random_numbers_do_not_change_the_weights(built: dict[str, Any], name: str) -> None:
+    # A Dask worker's event loop draws from Python's global `random` while a task builds a model;
+    # Keras seeds an initializer from that generator when it is given none.
+    import random
+    import threading
+
+    quiet = build_model(ModelSpec(name, seed=0)).get_weights()
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            random.random()
+
+    noise = threading.Thread(target=draw, daemon=True)
+    noise.start()
+    try:
+        noisy = [build_model(ModelSpec(name, seed=0)).get_weights() for _ in range(3)]
+    finally:
+        stop.set()
+        noise.join()
+
+    for weights in noisy:
+        for a, b in zip(quiet, weights, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_different_seed_gives_different_initial_weights(built: dict[str, Any], name: str) -> None:
     # Execute
