@@ -9,9 +9,11 @@ data directory, no download). The checked outputs, seeded accuracies, depend
 on the data, and the committed outputs were recorded the same way (see
 notebooks/README.md). Other tests see the environment untouched.
 
-The Jeon notebook needs PlantVillage images, which no package ships: it runs
-on the real offline sample of the data directory the tests were given
-(``$EDGELAB_DATA_DIR``, or ``../shared/data``), and is skipped where there is none.
+The Jeon notebook needs PlantVillage images and the CIFAR-10 notebooks
+(``park2020_resnet``, ``park2020_async``) CIFAR-10, which no package ships:
+they run on the real offline samples of the data directory the tests were
+given (``$EDGELAB_DATA_DIR``, or ``../shared/data``), and are skipped where
+there is none. Their recorded outputs were made on the same files.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from pathlib import Path
 
 import pytest
 
-PLANTVILLAGE = Path("plantvillage_tomato") / "plantvillage_tomato_jpeg.npz"
+# What each notebook reads from the data directory (the offline sample it was recorded on).
+NEEDS_DATA = {
+    "jeon_pipeline": [Path("plantvillage_tomato") / "plantvillage_tomato_jpeg.npz"],
+    "park2020_resnet": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
+    "park2020_async": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
+}
 
 
-def plantvillage_dir() -> Path | None:
-    """The data directory holding the PlantVillage sample, or None."""
+def data_dir_with(files: list[Path]) -> Path | None:
+    """The tests' data directory if it holds every one of ``files``, else None."""
     env = os.environ.get("EDGELAB_DATA_DIR")
     data_dir = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return data_dir if (data_dir / PLANTVILLAGE).is_file() else None
+    return data_dir if all((data_dir / f).is_file() for f in files) else None
 
 
 def _notebook_env(data_dir: Path | None) -> dict[str, str]:
@@ -51,12 +58,10 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
         yield
         return
     data_dir = None
-    if item.path.stem == "jeon_pipeline":
-        data_dir = plantvillage_dir()
+    if (needs := NEEDS_DATA.get(item.path.stem)) is not None:
+        data_dir = data_dir_with(needs)
         if data_dir is None:
-            pytest.skip(
-                "no PlantVillage sample (plantvillage_tomato/plantvillage_tomato_jpeg.npz) in the data directory"
-            )
+            pytest.skip(f"{item.path.stem} needs {', '.join(map(str, needs))} in the data directory")
     saved = dict(os.environ)
     os.environ.update(_notebook_env(data_dir))
     try:

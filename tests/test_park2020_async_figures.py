@@ -70,6 +70,8 @@ def _summary(runs: pd.DataFrame, progress: pd.DataFrame | None = None) -> AsyncS
         device_model=for_profile("pi3b"),
         datasets={"mnist": {"name": "mnist", "n_train": 60_000}, "cifar10": {"name": "cifar10", "n_train": 50_000}},
         profile=get_profile("pi3b"),
+        eval_every=10,
+        eval_limit=500,
     )
 
 

@@ -60,3 +60,20 @@ def test_async_plan_has_every_method_and_the_progress_runs(cifar10_dir: Path) ->
     progress = [(r.strategy, r.devices) for r in plan.runs if r.progress]
     assert progress == [("ps_async", 1), ("ps_async", 3), ("ps_sync", 3)]
     assert plan.config(plan.runs[2]).sync_every == "epoch"  # end_average: one average, at the end
+
+
+def test_async_facts_count_the_updates_each_method_applies(cifar10_dir: Path) -> None:
+    plan = park2020_async.prepare(data_dir=str(cifar10_dir), devices=3, progress_devices=[3], sample_limit=640)
+    facts = park2020_async.deterministic_facts(plan).set_index(["model", "strategy", "devices", "progress_run"])
+    # LeNet: every device walks all 640 images at batch 64 = 10 steps.
+    assert facts.loc[("cnn", "ps_sync", 3, False), "updates"] == 10  # one mean per round
+    assert facts.loc[("cnn", "ps_async", 3, False), "updates"] == 30  # every device's every step
+    assert facts.loc[("cnn", "end_average", 3, False), "updates"] == 1  # one average, at the end
+    # ResNet: shards, capped at resnet_max_steps (2).
+    assert facts.loc[("resnet32", "ps_async", 3, False), "steps_per_device"] == 2
+    assert facts.loc[("cnn", "ps_async", 3, True), "eval_every"] == plan.params.eval_every
+
+
+def test_resnet_runs_most_devices_first(cifar10_dir: Path) -> None:
+    plan = park2020_resnet.prepare(data_dir=str(cifar10_dir), depths=[32], batch_sizes=[32], device_counts=[1, 4, 2])
+    assert [r.devices for r in plan.runs if r.epochs == 1] == [4, 2, 1]

@@ -184,6 +184,11 @@ def run(
     return [r for r in stored if r is not None]
 
 
+def print_progress(done: int, total: int, item: Any) -> None:
+    """A ``progress`` callback for ``run``: one line per stored run."""
+    print(f"  run {done}/{total} stored: {item}", flush=True)
+
+
 def by_run(plan: Plan, runs: list[StoredRun]) -> dict[Any, StoredRun]:
     """The stored runs of ``plan`` keyed by the plan's own runs (those not stored are left out)."""
     keyed = {r.key: r for r in runs}

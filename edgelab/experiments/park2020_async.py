@@ -37,6 +37,7 @@ from edgelab.results import StoredRun
 from edgelab.sync import STRATEGIES
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
+from edgelab.train_config import steps_per_device
 
 EXPERIMENT = "park2020_async"
 MEASUREMENT_REVISION = 1
@@ -223,6 +224,8 @@ class AsyncSummary:
     device_model: DeviceModel
     datasets: dict[str, Any]
     profile: DeviceProfile
+    eval_every: int  # fig3b's evaluation interval, in updates
+    eval_limit: int  # and the validation images of each evaluation
 
 
 def scale_of(plan: Plan, run: AsyncRun, records: pd.DataFrame) -> float:
@@ -272,7 +275,33 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> AsyncSummary:
         device_model=plan.device_model,
         datasets={k: d.provenance() for k, d in plan.datasets.items()},
         profile=plan.profile,
+        eval_every=plan.params.eval_every,
+        eval_limit=plan.params.eval_limit,
     )
+
+
+def deterministic_facts(plan: Plan) -> pd.DataFrame:
+    """Values that depend only on the parameters: nbval checks them exactly."""
+    rows = []
+    for run in plan.runs:
+        cfg = plan.config(run)
+        steps = steps_per_device(cfg, plan.dataset(run.model).n_train)
+        rows.append(
+            {
+                "model": run.model,
+                "strategy": run.strategy,
+                "devices": run.devices,
+                "progress_run": run.progress,
+                "batch": cfg.batch_size,
+                "worker_data": cfg.worker_data,
+                "steps_per_device": max(steps),
+                "updates": sum(steps)
+                if run.strategy == "ps_async"
+                else (max(steps) if cfg.sync_every == "batch" else 1),
+                "eval_every": cfg.eval_every or "-",
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def ratios(summary: AsyncSummary) -> pd.DataFrame:

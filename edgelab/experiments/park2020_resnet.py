@@ -189,11 +189,13 @@ class Plan(harness.Plan):
             "profile": asdict(self.profile),
             "device_model": self.device_model.to_dict(),
         }
-        first = ResnetRun(run.depth, run.batch_size, 1, 1)
-        if run != first and (stored := context["store"].get(self.run_params(first))) is not None:
+        for n in self.params.device_counts:
+            sibling = ResnetRun(run.depth, run.batch_size, n)
+            if sibling == run or (stored := context["store"].get(self.run_params(sibling))) is None:
+                continue
             if stored.summary.get("outcome") == "out_of_memory":
                 # The need does not depend on N: the data is streamed, the step is the same on every device.
-                oom = {**stored.summary["memory"], "measured_at": "devices=1"}
+                oom = {**stored.summary["memory"], "measured_at": f"devices={n}"}
                 return {**summary, "outcome": "out_of_memory", "memory": oom}, {}
         try:
             result = train(
@@ -206,6 +208,7 @@ class Plan(harness.Plan):
             )
         except DeviceOutOfMemory as exc:
             memory = {"device": exc.device, "needed_mb": exc.needed_mb, "budget_mb": exc.budget_mb}
+            memory["measured_at"] = f"devices={run.devices}"
             return {**summary, "outcome": "out_of_memory", "memory": memory}, {}
         summary |= {"outcome": "trained", "host": result.host, "weights_sha256": result.weights_sha256}
         summary["memory"] = {**result.memory, "budget_mb": float(self.profile.training_budget_mb)}
@@ -224,9 +227,13 @@ def prepare(**kwargs: Any) -> Plan:
         test_limit=params.test_limit,
         seed=params.seed,
     )
+    # Most devices first: every device of the cluster builds and traces the model at once (ResNet-110's
+    # traces take ~20 s of host time each), and the smaller runs of the configuration find it built.
     runs = [
         ResnetRun(depth, batch, n)
-        for depth, batch, n in itertools.product(params.depths, params.batch_sizes, sorted(params.device_counts))
+        for depth, batch, n in itertools.product(
+            params.depths, params.batch_sizes, sorted(set(params.device_counts), reverse=True)
+        )
     ]
     if params.table4_devices and params.table4_epochs:
         runs.append(ResnetRun(min(params.depths), min(params.batch_sizes), params.table4_devices, params.table4_epochs))
@@ -292,6 +299,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> ResnetSummary:
                     "estimated_mb": estimate,
                     "measured_mb": memory["needed_mb"],
                     "budget_mb": memory["budget_mb"],
+                    "measured_at": memory.get("measured_at", f"devices={run.devices}"),
                 }
             )
             continue

@@ -400,8 +400,8 @@ def _fig3b(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
         "",
         "x: updates the server applied (async: one device's batch each; sync: one round of N batches). "
         "Samples seen: the top axis (async) and the CSV. No time axis.",
-        f"Evaluated every {_interval(progress)} updates on the run's eval_limit test images (the summary does not "
-        "carry that limit). Section 2's end average has no curve (one average, at the end): its final accuracy is "
+        f"Evaluated every {summary.eval_every} updates on {summary.eval_limit} test images (the same images for "
+        "every point). Section 2's end average has no curve (one average, at the end): its final accuracy is "
         "in fig3a.",
         "",
         p12,
@@ -414,9 +414,3 @@ def _fig3b(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
     files.append(save_figure(fig, item_id, root=root))
     clock = "none: accuracy against batches applied (no time axis)"
     return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=clock, **common)
-
-
-def _interval(progress: pd.DataFrame) -> str:
-    """The evaluation interval the curves show, in updates (``?`` when no curve has two points)."""
-    steps = progress.groupby(["strategy", "devices"])["updates"].diff().dropna()
-    return f"{int(steps.median())}" if len(steps) else "?"
