@@ -142,8 +142,12 @@ class DeviceRuntime(WorkerPlugin):
         return self.bytes_sent, self.bytes_received
 
     def model(self, spec: ModelSpec) -> Any:
-        """The device's model for ``spec``, built on first use and then kept."""
+        """The device's model for ``spec``, built on first use and kept until another spec is asked for."""
         if spec not in self.models:
+            # One model at a time: a sweep over depths would otherwise keep every model and its traced
+            # steps (ResNet-32, -80 and -110 took a worker past its 2 GiB limit, and ten workers at once).
+            self.models.clear()
+            self.initial.clear()
             model = build_model(spec)
             # Trace the train step now, so no round pays for tracing in its CPU time.
             initial = model.get_weights()

@@ -1,12 +1,12 @@
-"""A device's shard keeps the raw images and prepares each batch as it is gathered."""
+"""A device's state: its shard keeps the raw images (each batch prepared as gathered); it holds one model at a time."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgelab.models import prepare_images
-from edgelab.runtime import _Shard
+from edgelab.models import ModelSpec, prepare_images
+from edgelab.runtime import DeviceRuntime, _Shard
 
 
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
@@ -32,3 +32,15 @@ def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[i
     np.testing.assert_array_equal(images.numpy(), expected)
     np.testing.assert_array_equal(via_dataset[0].numpy(), expected)
     np.testing.assert_array_equal(labels.numpy(), y[np.sort(order)])
+
+
+def test_a_device_keeps_only_the_model_it_was_last_asked_for() -> None:
+    rt = DeviceRuntime()
+    mlp, cnn = ModelSpec("mlp"), ModelSpec("cnn")
+
+    first = rt.model(mlp)
+    assert rt.model(mlp) is first  # kept while the same spec is asked for
+    rt.model(cnn)
+
+    assert list(rt.models) == [cnn]
+    assert list(rt.initial) == [cnn]
