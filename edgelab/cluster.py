@@ -66,6 +66,16 @@ def device_resource(name: str) -> str:
     return f"device-{name}"
 
 
+def scheduler_workers(client: Client) -> dict[str, Any]:
+    """Every worker the scheduler knows now, by address, asked of the scheduler itself.
+
+    ``Client.scheduler_info()`` refreshes a cached copy and returns it, and the
+    client's own periodic refresh (which lists no workers) can overwrite that copy
+    in between: a caller then sees no worker at all, and took every device for lost.
+    """
+    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
 def _worker_env(repo_cache: str) -> dict[str, str]:
     return {
         "TF_NUM_INTRAOP_THREADS": "1",
@@ -252,10 +262,10 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     try:
         client.wait_for_workers(n_devices, timeout=timeout_s)
     except TimeoutError as exc:
-        have = len(client.scheduler_info()["workers"])
+        have = len(scheduler_workers(client))
         client.close()
         raise ClusterError(f"n_devices={n_devices} but the scheduler at {address} has only {have} workers") from exc
-    workers = client.scheduler_info()["workers"].values()
+    workers = scheduler_workers(client).values()
     names = sorted(str(w["name"]) for w in workers)[:n_devices]
     # Real workers may not carry our resources; give each one that names it.
     client.run(_add_device_resource)

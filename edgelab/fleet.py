@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from distributed import Client, Future, KilledWorker, wait
 
-from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule, kill_worker
 from edgelab.runtime import StateMissingError
@@ -166,7 +166,7 @@ class Fleet:
     # ------------------------------------------------------------ where ----
 
     def _workers(self) -> dict[str, Any]:
-        return dict(self.client.scheduler_info(n_workers=-1)["workers"])
+        return scheduler_workers(self.client)
 
     def _view(self) -> dict[str, str]:
         """Device name -> address of its running worker, as the scheduler sees it now."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from edgelab.cluster import scheduler_workers
 from edgelab.devices import PROFILES, DeviceProfile
 from edgelab.errors import ConfigError
 from edgelab.figures.style import markdown_table, save_figure, save_table
@@ -161,7 +162,7 @@ def _workers(client: Client) -> dict[str, dict[str, Any]]:
     """The scheduler's workers by address, in natural order of their names (``pi4b-2`` before ``pi4b-10``)."""
     import re
 
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = scheduler_workers(client)
 
     def natural(item: tuple[str, dict[str, Any]]) -> list[Any]:
         return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(item[1]["name"]))]
@@ -223,7 +224,7 @@ def nodes_table(client: Client, *, roles: dict[str, str] | None = None) -> pd.Da
     if roles is not None and not isinstance(roles, dict):
         raise ConfigError("roles", roles, "None or a dict of role name -> worker name")
     now = time.time()
-    info = client.scheduler_info(n_workers=-1)
+    info = client.sync(client.scheduler.identity, n_workers=-1)  # not the client's racy cached copy
     sched = client.run_on_scheduler(_probe)
     status = client.run_on_scheduler(_scheduler_status)
     rows = [_node_row("scheduler", str(info["address"]), status, info["started"], now, SCHEDULER_ROLE, sched)]
@@ -335,7 +336,7 @@ def services_table(client: Client) -> pd.DataFrame:
         8888), nanny, scope, loopback, answered, rtt_ms, nanny_answered, nanny_rtt_ms.
     """
     own = _own_addresses()
-    info = client.scheduler_info(n_workers=-1)
+    info = client.sync(client.scheduler.identity, n_workers=-1)  # not the client's racy cached copy
     endpoints = [("scheduler", "scheduler", str(info["address"]), info.get("services", {}), None)]
     endpoints += [
         (str(w["name"]), "worker", a, w.get("services", {}), w.get("nanny")) for a, w in _workers(client).items()
