@@ -106,17 +106,22 @@ class DeviceCluster:
         return str(self.client.dashboard_link)
 
     def revive(self, device: str, *, timeout_s: float = 30.0) -> bool:
-        """Start a device's worker again when its nanny did not; ``False`` when we cannot.
+        """Start a device's worker again when its nanny did not; ``False`` when we cannot or need not.
 
         The emulated cluster's supervisor, as systemd with ``Restart=always`` is
         on a real board: a nanny whose worker was killed again just after a
         restart may never bring it back (a race in Dask's nanny, cf.
         dask/distributed#7312). The stuck nanny is closed and a new one started
         from the device's spec (same name, resources, environment). Only for a
-        cluster we started; a device removed from the spec stays gone.
+        cluster we started; a device removed from the spec stays gone, and a
+        nanny whose worker process is alive is only slow (a loaded host): it is
+        left to finish, since a second worker of the same name would be refused.
         """
         cluster = self.local_cluster
         if cluster is None or device not in cluster.worker_spec:
+            return False
+        nanny = cluster.workers.get(device)
+        if nanny is not None and getattr(nanny, "is_alive", lambda: False)():
             return False
         stuck = cluster.workers.pop(device, None)
 
@@ -129,7 +134,11 @@ class DeviceCluster:
                 # SpecCluster's own step that starts every worker its spec lists but that does not run.
                 await cluster._correct_state()
 
-        cluster.sync(replace)
+        try:
+            cluster.sync(replace)
+        except Exception as exc:  # e.g. the device came back on its own meanwhile: its name is taken
+            warnings.warn(f"device {device} could not be started again: {exc}", RuntimeWarning, stacklevel=2)
+            return False
         return True
 
     def close(self) -> None:

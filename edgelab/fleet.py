@@ -6,6 +6,9 @@ address). Every exchange with the devices goes through it:
 
 * ``send`` puts a value on one device (a direct scatter to its worker);
 * ``submit`` runs a task pinned to a device by its Dask resource;
+* ``direct`` calls one of the runtime's functions on a device straight from
+  the client, one round trip on Dask's comms with no scheduler in between
+  (``TRANSPORTS``: how a run's rounds travel);
 * ``wait`` waits for tasks while watching the scheduler's view of the workers,
   so a device that dies is noticed within ``POLL_S``, not when a timeout ends;
 * ``run`` calls a function on devices' workers (``client.run``);
@@ -26,6 +29,8 @@ is recorded (``Fleet.recoveries``) and printed as one line.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError
@@ -33,14 +38,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from distributed import Client, Future, KilledWorker, wait
+from distributed.protocol import to_serialize
 
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule, kill_worker
-from edgelab.runtime import StateMissingError
+from edgelab.runtime import DIRECT_OP, StateMissingError
 
 T = TypeVar("T")
 
+#: How a run's rounds reach the devices: ``"direct"``, one call from the client to each device's
+#: worker on Dask's comms (``Fleet.direct``); ``"scheduler"``, the weights scattered, a task
+#: scheduled and its result gathered (``send``, ``submit``, ``gather``). Results are the same, bit for bit.
+TRANSPORTS = ("direct", "scheduler")
 # How often a wait looks at the scheduler's view of the workers.
 POLL_S = 0.5
 # How long a device may take to come back after its worker died (the nanny restarts it).
@@ -147,7 +157,7 @@ class Fleet:
             missing = [d for d in self.devices if d not in view]
             if not missing:
                 break
-            self._revive_late(missing, time.monotonic() - start, revived)
+            self._revive_late(missing, time.monotonic() - start, revived, lambda d, now: d in now)
             if time.monotonic() > deadline:
                 raise ConfigError(
                     "n_devices",
@@ -159,6 +169,8 @@ class Fleet:
         self.addresses = {d: view[d] for d in self.devices}
         self._prepared: dict[str, str] = {}  # device -> the address it was prepared at
         self._inflight: list[Future] = []
+        self._calls: list[concurrent.futures.Future[Any]] = []
+        self._generation = dict.fromkeys(self.devices, 0)
         self._restarted: set[str] = set()
         self._phase = ""
         self._t0 = time.perf_counter()
@@ -193,14 +205,52 @@ class Fleet:
         self._inflight.append(future)
         return future
 
-    def wait(self, futures: Mapping[str, Future], *, timeout_s: float = STEP_TIMEOUT_S, first: bool = False) -> None:
-        """Wait until every future is done (``first``: until one is); a device lost meanwhile ends the wait at once."""
+    def direct(self, device: str, fn: str, *args: Any) -> concurrent.futures.Future[Any]:
+        """Call ``edgelab.runtime.DIRECT_FUNCTIONS[fn](*args)`` on ``device`` straight from here.
+
+        One round trip on Dask's comms to the device's worker, with no
+        scheduler in between; the future holds the function's result or raises
+        its error (a broken connection raises ``OSError``).
+        """
+        send = getattr(self.client.rpc(self.addresses[device]), DIRECT_OP)
+
+        async def call() -> Any:
+            reply = await send(fn=fn, args=to_serialize(args))
+            if reply["status"] != "OK":
+                raise reply["exception"]
+            return reply["result"]
+
+        future = asyncio.run_coroutine_threadsafe(call(), self.client.loop.asyncio_loop)
+        self._calls.append(future)
+        return future
+
+    def generation(self, device: str) -> int:
+        """How many times ``device`` was lost and brought back during the run (a call made before is void)."""
+        return self._generation[device]
+
+    def wait(
+        self,
+        futures: Mapping[str, Future | concurrent.futures.Future[Any]],
+        *,
+        timeout_s: float = STEP_TIMEOUT_S,
+        first: bool = False,
+    ) -> None:
+        """Wait until every future is done (``first``: until one is); a device lost meanwhile ends the wait at once.
+
+        Takes Dask futures (``submit``) or direct calls (``direct``), not both at once.
+        """
         deadline = time.monotonic() + timeout_s
         pending = list(futures.values())
         when = "FIRST_COMPLETED" if first else "ALL_COMPLETED"
+        calls = bool(pending) and isinstance(pending[0], concurrent.futures.Future)
         while True:
             try:
-                wait(pending, timeout=POLL_S, return_when=when)
+                if calls:
+                    _, undone = concurrent.futures.wait(pending, timeout=POLL_S, return_when=when)  # type: ignore[arg-type]
+                    if undone and (not first or len(undone) == len(pending)):
+                        raise TimeoutError
+                else:
+                    wait(pending, timeout=POLL_S, return_when=when)
                 return
             except TimeoutError:
                 lost = self.lost()
@@ -273,6 +323,7 @@ class Fleet:
         for attempt in range(MAX_RECOVERIES + 1):
             start = time.perf_counter()
             self._inflight = []
+            self._calls = []
             self._phase = phase
             try:
                 if prepare:
@@ -323,15 +374,25 @@ class Fleet:
         if self._inflight:
             self.client.cancel(self._inflight, force=True)
             self._inflight = []
+        for call in self._calls:
+            call.cancel()
+        self._calls = []
         start = time.monotonic()
         deadline = start + self.restart_wait_s
         revived: set[str] = set()
+
+        def is_back(device: str, view: dict[str, str]) -> bool:
+            # At a new address, or known to have restarted (a new worker may get the old address back).
+            return device in view and (view[device] != self.addresses[device] or device in self._restarted)
+
         while True:
             view = self._view()
-            back = {d: view[d] for d in lost if d in view and (view[d] != self.addresses[d] or d in self._restarted)}
+            back = {d: view[d] for d in lost if is_back(d, view)}
             if len(back) == len(lost):
                 break
-            self._revive_late(sorted(set(lost) - set(back)), time.monotonic() - start, revived)
+            if self._revive_late(sorted(set(lost) - set(back)), time.monotonic() - start, revived, is_back):
+                # A device started again needs a start of its own, however long its revival took.
+                deadline = max(deadline, time.monotonic() + self.restart_wait_s / 2)
             if time.monotonic() > deadline:
                 missing = sorted(set(lost) - set(back))
                 seen = {str(w["name"]): (a, w.get("status")) for a, w in self._workers().items()}
@@ -345,17 +406,28 @@ class Fleet:
         for d in lost:
             self._prepared.pop(d, None)  # its new worker holds nothing of the run
             self._restarted.discard(d)
+            self._generation[d] += 1
         pending.back = time.perf_counter()
 
-    def _revive_late(self, missing: list[str], waited: float, revived: set[str]) -> None:
-        """Ask the cluster to start missing devices again, once each, when their own restart is late."""
+    def _revive_late(
+        self, missing: list[str], waited: float, revived: set[str], is_back: Callable[[str, dict[str, str]], bool]
+    ) -> bool:
+        """Ask the cluster to start missing devices again, once each, when their own restart is late.
+
+        A device that came back meanwhile is left alone (reviving one closes the
+        worker its nanny was starting). True when a device was started again.
+        """
         if self.revive is None or waited <= min(REVIVE_AFTER_S, self.restart_wait_s / 2):
-            return
+            return False
+        started = False
         for device in missing:
-            if device not in revived:
-                revived.add(device)
-                if self.revive(device):
-                    self.log(f"edgelab: device {device} was not back after {waited:.0f} s; started it again")
+            if device in revived or is_back(device, self._view()):
+                continue
+            revived.add(device)
+            if self.revive(device):
+                started = True
+                self.log(f"edgelab: device {device} was not back after {waited:.0f} s; started it again")
+        return started
 
     def _record(self, pending: _Pending, *, resumed: bool = True) -> None:
         end = time.perf_counter()

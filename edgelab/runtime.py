@@ -5,23 +5,36 @@
 worker, find the plugin, and keep the model built once per worker (building and
 tracing a model costs far more than a training step). Only numpy arrays cross
 the wire: weights in, weight deltas out; the bytes are counted exactly here.
+
+A round's task need not go through the scheduler: the runtime answers a direct
+call from the client (``DIRECT_OP``, ``edgelab.fleet.Fleet.direct``) by running
+one of ``DIRECT_FUNCTIONS`` on the worker's own thread, so a synchronous round
+costs one round trip on Dask's comms instead of a scatter, a scheduled task and
+a gather. The function, its arguments and its accounting are the task's own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
+import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import psutil
 from distributed import WorkerPlugin, get_worker
+from distributed.protocol import to_serialize
 
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 
 PLUGIN_NAME = "edgelab-device"
+#: The worker handler a direct call from the client reaches (``edgelab.fleet.Fleet.direct``).
+DIRECT_OP = "edgelab_direct"
 
 Weights = list[np.ndarray]
 
@@ -128,14 +141,36 @@ class DeviceRuntime(WorkerPlugin):
 
         self.device = worker.name
         self.baseline_rss = psutil.Process().memory_info().rss
+        self._worker = worker
+        worker.handlers[DIRECT_OP] = self._direct
 
     def teardown(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
+        worker.handlers.pop(DIRECT_OP, None)
         if self.sampler is not None:
             self.sampler.stop()
         self.shards.clear()
         self.stages.clear()
         self.models.clear()
         self.initial.clear()
+
+    async def _direct(self, fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
+        """Run ``DIRECT_FUNCTIONS[fn](*args)`` on the worker's thread, for a direct call from the client.
+
+        Errors travel back as values, as an actor's do: an expected one (a
+        device that restarted and lost its shard) must not log a traceback here.
+        """
+        try:
+            func = DIRECT_FUNCTIONS[fn]
+        except KeyError:
+            error: Exception = ValueError(f"fn={fn!r} is not a direct function: one of {', '.join(DIRECT_FUNCTIONS)}")
+            return {"status": "error", "exception": to_serialize(error)}
+        # The worker's one thread, where its tasks run too: one thing at a time per device.
+        executor = self._worker.executors["default"]
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
+        except Exception as exc:
+            return {"status": "error", "exception": to_serialize(exc)}
+        return {"status": "OK", "result": to_serialize(result)}
 
     def counters(self) -> tuple[int, int]:
         """Cumulative payload bytes (sent, received) of this device."""
@@ -159,7 +194,21 @@ class DeviceRuntime(WorkerPlugin):
         return self.models[spec]
 
 
+# The runtime a direct call runs for, on the thread running it (get_worker() knows only tasks).
+_direct_call = threading.local()
+
+
+def _as_device(rt: DeviceRuntime, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    _direct_call.runtime = rt
+    try:
+        return func(*args)
+    finally:
+        _direct_call.runtime = None
+
+
 def _runtime(worker: Any = None) -> DeviceRuntime:
+    if worker is None and getattr(_direct_call, "runtime", None) is not None:
+        return _direct_call.runtime  # type: ignore[no-any-return]
     plugin = (worker or get_worker()).plugins.get(PLUGIN_NAME)
     if plugin is None:
         raise RuntimeError("edgelab device runtime is not installed on this worker")
@@ -207,15 +256,34 @@ def _warm(model: Any, shard: _Shard, batch_size: int, steps: int) -> None:
     steps = min(steps, 2)
     order = np.arange(min(len(shard), steps * batch_size))
     for _ in range(2):
-        _train_steps(model, shard, model.get_weights(), order, steps, batch_size)
+        _train_steps(model, shard, get_weights(model), order, steps, batch_size)
     # No reset needed: every round and evaluation starts with set_weights, and plain SGD keeps no state.
+
+
+# Each model's variables in ``model.weights`` order, listed once: Keras walks every layer for each
+# ``set_weights`` and ``get_weights``, which cost more than a LeNet-MLP training step.
+_variables: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def set_weights(model: Any, weights: Weights) -> None:
+    """``model.set_weights(weights)``: the same assignments in the same order, without the walk over the layers."""
+    variables = _variables.setdefault(model, list(model.weights))
+    if len(variables) != len(weights):
+        raise ValueError(f"the model has {len(variables)} weights, got {len(weights)} arrays")
+    for variable, value in zip(variables, weights, strict=True):
+        variable.assign(value)
+
+
+def get_weights(model: Any) -> Weights:
+    """``model.get_weights()``, without the walk over the layers."""
+    return [v.numpy() for v in _variables.setdefault(model, list(model.weights))]
 
 
 def _train_steps(
     model: Any, shard: _Shard, weights: Weights, order: np.ndarray, steps: int, batch_size: int
 ) -> tuple[Weights, float]:
     """Train on the shard's samples ``order`` from ``weights``; the weight delta and the last loss."""
-    model.set_weights(weights)
+    set_weights(model, weights)
     if steps == 1:
         import tensorflow as tf
 
@@ -227,7 +295,7 @@ def _train_steps(
         # shuffle=False: the seeded order is the shuffle (Keras ignores it for a dataset anyway).
         history = model.fit(shard.batches(order, batch_size), epochs=1, shuffle=False, verbose=0)
         loss = float(history.history["loss"][-1])
-    delta = [after - before for after, before in zip(model.get_weights(), weights, strict=True)]
+    delta = [after - before for after, before in zip(get_weights(model), weights, strict=True)]
     return delta, loss
 
 
@@ -322,7 +390,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
 def evaluate(spec: ModelSpec, weights: Weights, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Accuracy and loss of ``weights`` on held-out data, computed on this device."""
     model = _runtime().model(spec)
-    model.set_weights(weights)
+    set_weights(model, weights)
     result = model.evaluate(prepare_images(spec.name, x), y, batch_size=1000, verbose=0, return_dict=True)
     return {"accuracy": float(result["accuracy"]), "loss": float(result["loss"])}
 
@@ -345,6 +413,10 @@ def stop_monitor(dask_worker: Any = None) -> list[dict[str, float]]:
     samples = rt.sampler.stop()
     rt.sampler = None
     return samples
+
+
+#: What a client may call on a device directly, without the scheduler (``DeviceRuntime._direct``).
+DIRECT_FUNCTIONS: dict[str, Callable[..., Any]] = {"train_round": train_round}
 
 
 def probe_memory(model: str, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:

@@ -4,6 +4,9 @@ The parameter server is this (client) process. Each round it sends the global
 weights to every device, each device trains on its own data from those weights
 (``edgelab.runtime.train_round``) and returns its weight delta, and the
 strategy (``edgelab.sync``) turns the deltas into the next global weights.
+A round travels by ``transport`` (``edgelab.fleet.TRANSPORTS``): by default one
+direct call per device, the weights out and the delta back in one round trip;
+``"scheduler"`` scatters, schedules a task and gathers, as Dask's own API does.
 Model state lives on the workers and is built once per worker; only numpy
 arrays cross the wire.
 
@@ -36,7 +39,7 @@ from edgelab.device_model import FIT_CELLS, DeviceModel
 from edgelab.device_model import for_profile as device_model_for
 from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.faults import KillSchedule
-from edgelab.fleet import RESTART_WAIT_S, Fleet
+from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.model_costs import weight_count
 from edgelab.models import ModelSpec
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, build_strategy
@@ -58,6 +61,7 @@ __all__ = [
     "PARTITIONS",
     "PHASES",
     "SYNC_EVERY",
+    "TRANSPORTS",
     "WORKER_DATA",
     "TrainConfig",
     "TrainRun",
@@ -123,6 +127,7 @@ def train(
     log: Callable[[str], None] = print,
     topology: Topology | None = None,
     device_model: DeviceModel | None = None,
+    transport: str = "direct",
 ) -> TrainRun:
     """Run synchronous data-parallel training of ``cfg`` on the cluster's devices.
 
@@ -144,7 +149,11 @@ def train(
     Under ``cfg.memory_budget_mb``, what a step needs is first measured on the
     first device in a fresh process (``edgelab.memory_probe``); a run that
     needs more raises ``DeviceOutOfMemory`` before any training.
+    ``transport`` (``TRANSPORTS``) is how rounds reach the devices; it changes
+    the host's wall time, never the result.
     """
+    if transport not in TRANSPORTS:
+        raise ConfigError("transport", transport, f"one of {', '.join(TRANSPORTS)}")
     # With a memory budget the device measures each step against it; the estimate is only informative then.
     check(
         cfg,
@@ -228,6 +237,7 @@ def train(
                 evaluations,
                 check_progress,
                 dataset,
+                transport,
             )
         for epoch in range(0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs):
             plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
@@ -247,7 +257,7 @@ def train(
                     for i, device in enumerate(devices)
                     if first < steps[i]
                 }
-                results = fleet.attempt("broadcast", rnd, partial(_round, fleet, tasks, weights))
+                results = fleet.attempt("broadcast", rnd, partial(_round, fleet, tasks, weights, transport))
                 attempt_s = fleet.last_attempt_s
                 # The gathered updates are in this process now: a device lost from here on is
                 # found (and prepared again) by the next step; the aggregation needs nothing from it.
@@ -285,7 +295,7 @@ def train(
         progress=pd.DataFrame(progress, columns=["updates", "samples_seen", "accuracy", "loss"]),
         monitor=pd.DataFrame(monitor, columns=MONITOR_COLUMNS),
         shards=pd.DataFrame([shards[d] for d in devices]),
-        host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start},
+        host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start, "transport": transport},
         recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
         kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
         weights=weights,
@@ -298,9 +308,17 @@ RECOVERY_COLUMNS = ["device", "phase", "at", "error", "t", "detect_s", "back_s",
 KILL_COLUMNS = ["device", "phase", "at", "t"]
 
 
-def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray]) -> list[Any]:
+def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray], transport: str) -> list[Any]:
     """One synchronous round: weights to every device, its batches trained, the updates gathered."""
     rnd = next(iter(tasks.values())).round
+    if transport == "direct":
+        fleet.point("broadcast", rnd)
+        calls = {device: fleet.direct(device, "train_round", task, weights) for device, task in tasks.items()}
+        fleet.point("train", rnd)
+        fleet.wait(calls)
+        # The updates are here already: a device lost now is found by the next step.
+        fleet.point("gather", rnd)
+        return [call.result() for call in calls.values()]
     sent = {device: fleet.send(device, weights) for device in tasks}
     fleet.point("broadcast", rnd)
     futures = {device: fleet.submit(device, runtime.train_round, task, sent[device]) for device, task in tasks.items()}
@@ -366,6 +384,7 @@ def _train_async(
     evaluations: list[dict[str, Any]],
     check_progress: Callable[[list[np.ndarray], int, int], None],
     dataset: Dataset,
+    transport: str,
 ) -> list[np.ndarray]:
     """Asynchronous SGD: updates applied one by one, in the order the emulated clock gives them."""
     samples = [
@@ -383,7 +402,7 @@ def _train_async(
     pulls_at: dict[int, list[int]] = {}
     for row in plan.itertuples():
         pulls_at.setdefault(int(row.pulled_version), []).append(int(row.update))
-    inflight: dict[int, tuple[Any, list[np.ndarray]]] = {}
+    inflight: dict[int, tuple[Any, list[np.ndarray], int]] = {}
 
     def task_of(update: int) -> runtime.RoundTask:
         row = plan.iloc[update]
@@ -393,19 +412,22 @@ def _train_async(
 
     def pull(update: int, pulled: list[np.ndarray]) -> None:
         device = devices[int(plan.iloc[update].device_index)]
-        sent = fleet.send(device, pulled)
-        inflight[update] = (fleet.submit(device, runtime.train_round, task_of(update), sent), pulled)
+        if transport == "direct":
+            call: Any = fleet.direct(device, "train_round", task_of(update), pulled)
+        else:
+            call = fleet.submit(device, runtime.train_round, task_of(update), fleet.send(device, pulled))
+        inflight[update] = (call, pulled, fleet.generation(device))
 
     def collect(update: int) -> tuple[list[np.ndarray], dict[str, Any]]:
-        future, pulled = inflight[update]
-        if future.status in ("error", "cancelled", "lost"):
-            if future.status == "error":
-                future.result()  # raises the task's own error (a lost device is recovered by attempt)
-            pull(update, pulled)  # its device was lost and prepared again: train the same batch again
-            future = inflight[update][0]
+        call, pulled, generation = inflight[update]
         device = devices[int(plan.iloc[update].device_index)]
-        fleet.wait({device: future})
-        return future.result()
+        if fleet.generation(device) != generation:
+            # Its device was lost and prepared again since the pull: train the same batch again.
+            call.cancel()
+            pull(update, pulled)
+            call = inflight[update][0]
+        fleet.wait({device: call})
+        return call.result()  # type: ignore[no-any-return]
 
     seen = 0
     epoch_updates = np.cumsum([sum(steps)] * cfg.epochs)

@@ -1,0 +1,98 @@
+"""Rounds by direct call and rounds through the scheduler give the same run, bit for bit.
+
+A real two-device cluster (tests/conftest.py). ``transport="direct"`` calls each
+device's runtime straight from the client (``edgelab.fleet.Fleet.direct``);
+``"scheduler"`` scatters the weights, schedules a task and gathers, as before.
+Only the host's wall time may differ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from edgelab.cluster import DeviceCluster
+from edgelab.data import Dataset
+from edgelab.errors import ConfigError
+from edgelab.fleet import TRANSPORTS, Fleet
+from edgelab.models import ModelSpec, build_model
+from edgelab.runtime import ShardMissingError, get_weights, set_weights
+from edgelab.train import TrainConfig, TrainRun, train
+
+# What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
+SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update", "pulled_version", "staleness"]
+
+CONFIGS = {
+    "sync-per-batch": TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=32, momentum=0.9),
+    "sync-per-epoch": TrainConfig(model="mlp", n_devices=2, worker_data="full", batch_size=32, sync_every="epoch"),
+    "async": TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=32, strategy="ps_async"),
+}
+
+
+@pytest.fixture(scope="module")
+def pairs(cluster: DeviceCluster, dataset: Dataset) -> dict[str, dict[str, TrainRun]]:
+    """Every config trained once per transport, on the same cluster."""
+    return {
+        name: {t: train(cluster, dataset, cfg, transport=t, log=lambda _: None) for t in TRANSPORTS}
+        for name, cfg in CONFIGS.items()
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_both_transports_give_the_same_run(pairs: dict[str, dict[str, TrainRun]], name: str) -> None:
+    direct, scheduled = pairs[name]["direct"], pairs[name]["scheduler"]
+
+    assert direct.host["transport"] == "direct" and scheduled.host["transport"] == "scheduler"
+    assert direct.weights_sha256 == scheduled.weights_sha256
+    for got, want in zip(direct.weights, scheduled.weights, strict=True):
+        np.testing.assert_array_equal(got, want)
+    columns = [c for c in SAME if c in direct.records]
+    pd.testing.assert_frame_equal(direct.records[columns], scheduled.records[columns])
+    pd.testing.assert_frame_equal(
+        direct.evaluations[["epoch", "rounds", "accuracy", "loss"]],
+        scheduled.evaluations[["epoch", "rounds", "accuracy", "loss"]],
+    )
+
+
+@pytest.mark.integration
+def test_a_direct_call_returns_the_devices_own_error(cluster: DeviceCluster) -> None:
+    # Prepare: a fleet of the two devices, with nothing to set up
+    fleet = Fleet.for_cluster(cluster, cluster.devices, prepare=lambda _: None)
+    task = _round_task("no-such-run")
+
+    # Execute / Assert: the device has no shard of that run, and says which device it is
+    with pytest.raises(ShardMissingError, match="pi3b-1 holds no shard of run no-such-run") as raised:
+        fleet.direct("pi3b-1", "train_round", task, []).result(timeout=30)
+    assert raised.value.device == "pi3b-1"
+    with pytest.raises(ValueError, match="fn='os.system' is not a direct function: one of train_round"):
+        fleet.direct("pi3b-0", "os.system", "true").result(timeout=30)
+
+
+def _round_task(run_id: str) -> object:
+    from edgelab.runtime import RoundTask
+
+    return RoundTask(run_id, ModelSpec("mlp"), 0, 0, 0, 0, 1, 32, 0)
+
+
+def test_an_unknown_transport_is_refused_before_any_cluster_work(dataset: Dataset) -> None:
+    # A cluster that must not be touched: any use of it would fail on None
+    idle = DeviceCluster(client=None, devices=["pi3b-0"], profile=None, emulated=True)  # type: ignore[arg-type]
+
+    with pytest.raises(ConfigError, match=r"transport='udp' is not allowed: one of direct, scheduler"):
+        train(idle, dataset, TrainConfig(model="mlp", n_devices=1), transport="udp")
+
+
+def test_weights_set_and_read_as_keras_does() -> None:
+    # Prepare: two seeded models of the same kind, one to read from
+    model, other = build_model(ModelSpec("mlp", seed=1)), build_model(ModelSpec("mlp", seed=2))
+
+    # Execute
+    set_weights(other, get_weights(model))
+
+    # Assert: what Keras itself reads back
+    for got, want in zip(other.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="the model has 6 weights, got 1 arrays"):
+        set_weights(other, [np.zeros(3)])
