@@ -206,6 +206,7 @@ def train(
     evaluations: list[dict[str, Any]] = []
     progress: list[dict[str, Any]] = []
     rnd = seen = 0
+    first_round_end_s = 0.0  # from the call: what a user waits for the first synchronization
     finished = False
     eval_data = dataset.x_test[: cfg.eval_limit], dataset.y_test[: cfg.eval_limit]
 
@@ -272,6 +273,7 @@ def train(
                         {**record, "round_wall_s": round_wall, "update": rnd, "pulled_version": rnd, "staleness": 0}
                     )
                 rnd += 1
+                first_round_end_s = first_round_end_s or time.perf_counter() - t_start
                 seen += sum(int(r["samples"]) for _, r in results)
                 check_progress(weights, rnd, seen)
             t_eval = time.perf_counter()
@@ -295,7 +297,12 @@ def train(
         progress=pd.DataFrame(progress, columns=["updates", "samples_seen", "accuracy", "loss"]),
         monitor=pd.DataFrame(monitor, columns=MONITOR_COLUMNS),
         shards=pd.DataFrame([shards[d] for d in devices]),
-        host={"train_wall_s": train_wall, "total_wall_s": time.perf_counter() - t_start, "transport": transport},
+        host={
+            "train_wall_s": train_wall,
+            "total_wall_s": time.perf_counter() - t_start,
+            "first_round_end_s": first_round_end_s,
+            "transport": transport,
+        },
         recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
         kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
         weights=weights,

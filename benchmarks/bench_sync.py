@@ -1,0 +1,520 @@
+"""Benchmark: what a synchronous round costs edgelab, against its floor and beside its peers, in one run.
+
+A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
+   transport (``edgelab.fleet.TRANSPORTS``): LeNet-MLP, batch 64, one round per
+   batch. Overhead = a round's host wall (``round_wall_s``: the calls, the wait,
+   the aggregation) minus its compute, where compute is the slowest device's
+   compute wall or, when the devices outnumber the host's cores, their CPU
+   seconds over the cores, whichever is longer. Floor = one round trip on
+   Dask's comms (a worker's ``identity``) + the raw loopback transfer of the
+   round's bytes (a plain TCP echo in another process). Target: overhead <= 1.5x
+   the floor for 2, 5 and 10 devices. Rounds/s and host CPU per round (every
+   process of the cluster) show how the cost scales (``sync.png``).
+B. Synchronous SGD beside TensorFlow's MultiWorkerMirroredStrategy (2 local
+   processes, ring all-reduce, ``sides/mwms_worker.py``): the same MLP,
+   digits, seed, batch 64 per worker and one TensorFlow thread per process.
+   Target: edgelab steps/s >= 1.0x.
+C. Federated averaging beside Flower's simulation engine
+   (``sides/flower_fedavg.py``; edgelab's side in a fresh process too,
+   ``sides/edgelab_fedavg.py``): 10 clients x 1,920 digits, one local epoch per
+   round, 5 rounds. Target: rounds 2-5 per second >= 1.0x; round 1 and the
+   start-up (process start to the end of round 1) reported apart.
+
+Peers are optional (``pip install -e '.[bench]'``); asking for one that is not
+installed fails before any cluster starts. Run ``python benchmarks/bench_sync.py
+--help``; ``benchmarks/README.md`` says what each number means.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from bench_training import THREAD_CAP
+
+if "tensorflow" not in sys.modules:
+    os.environ.update(THREAD_CAP)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+from bench_training import host_info  # noqa: E402
+
+from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.data import Dataset, load_dataset  # noqa: E402
+from edgelab.errors import ConfigError  # noqa: E402
+from edgelab.fleet import TRANSPORTS  # noqa: E402
+from edgelab.models import ModelSpec, build_model, prepare_images  # noqa: E402
+from edgelab.paths import reports_dir  # noqa: E402
+from edgelab.results import atomic_write_text  # noqa: E402
+from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+
+SIDES = Path(__file__).resolve().parent / "sides"
+BATCH = 64
+OVERHEAD_TARGET = 1.5  # overhead / floor, at most
+PEER_TARGET = 1.0  # edgelab rate / peer rate, at least
+DEVICE_COUNTS = (1, 2, 5, 10)
+#: peer name -> (module it needs, what installs it)
+PEERS = {"mwms": ("tensorflow", "pip install tensorflow-cpu"), "flower": ("flwr", "pip install -e '.[bench]'")}
+
+
+def check_peers(peers: list[str]) -> None:
+    """Fail before any cluster work when a peer is unknown or its package is not installed."""
+    for peer in peers:
+        if peer not in PEERS:
+            raise ConfigError("peers", peer, f"any of {', '.join(PEERS)}")
+        module, install = PEERS[peer]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError("peers", peer, f"a peer whose package is installed: {module} is missing ({install})")
+
+
+# ------------------------------------------------------------------ floor ----
+
+
+def _echo_server(port_out: Any) -> None:
+    """Accept one connection on loopback and send back every byte it receives."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port_out.put(server.getsockname()[1])
+        conn, _ = server.accept()
+        with conn:
+            buf = bytearray(1 << 20)
+            while n := conn.recv_into(buf):
+                conn.sendall(memoryview(buf)[:n])
+
+
+def raw_loopback_s(nbytes: int, *, repeats: int = 20) -> float:
+    """Median seconds to send ``nbytes`` to another process over loopback TCP and get them all back."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ports = ctx.Queue()
+    child = ctx.Process(target=_echo_server, args=(ports,), daemon=True)
+    child.start()
+    payload = bytes(nbytes)
+    back = bytearray(nbytes)
+    times = []
+    with socket.create_connection(("127.0.0.1", ports.get(timeout=60))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            sender = threading.Thread(target=sock.sendall, args=(payload,))
+            sender.start()
+            view, got = memoryview(back), 0
+            while got < nbytes:
+                got += sock.recv_into(view[got:])
+            sender.join()
+            times.append(time.perf_counter() - start)
+    child.terminate()
+    return float(statistics.median(times[1:]))
+
+
+def comm_round_trip_s(cluster: DeviceCluster, *, repeats: int = 200) -> float:
+    """Median seconds of one small request and reply on Dask's comms, client to a device's worker."""
+    address = next(iter(cluster.client.scheduler_info(n_workers=-1)["workers"]))
+
+    async def pings() -> list[float]:
+        rpc = cluster.client.rpc(address)
+        times = []
+        for _ in range(repeats + 5):
+            start = time.perf_counter()
+            await rpc.identity()
+            times.append(time.perf_counter() - start)
+        return times[5:]
+
+    return float(statistics.median(cluster.client.sync(pings)))
+
+
+# ---------------------------------------------------------------- rounds ----
+
+
+def _cluster_cpu_s() -> float:
+    """CPU seconds of this process and every process it started (the cluster's nannies and workers)."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
+    """Per-round wall, compute, overhead and bytes of a per-batch run."""
+    per_round = run.records.groupby("round").agg(
+        wall_s=("round_wall_s", "first"),
+        slowest_s=("wall_s", "max"),
+        device_cpu_s=("cpu_s", "sum"),
+        bytes=("bytes_sent", "sum"),
+        bytes_in=("bytes_received", "sum"),
+    )
+    # On a host with fewer cores than devices the devices' compute queues for the cores.
+    compute = np.maximum(per_round["slowest_s"], per_round["device_cpu_s"] / cores)
+    overhead = per_round["wall_s"] - compute
+    return {
+        "rounds": len(per_round),
+        "round_ms": 1e3 * float(per_round["wall_s"].median()),
+        "compute_ms": 1e3 * float(compute.median()),
+        "overhead_ms": 1e3 * float(overhead.median()),
+        "device_cpu_ms": 1e3 * float(per_round["device_cpu_s"].median()),
+        "bytes_per_round": float((per_round["bytes"] + per_round["bytes_in"]).median()),
+        "bytes_out_per_device": float(per_round["bytes_in"].median()) / max(1, run.config.n_devices),
+    }
+
+
+def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, Any]:
+    """Part A: per-round overhead and its floor, host CPU per round, for each device count and transport."""
+    cores = len(os.sched_getaffinity(0))
+    out: dict[str, Any] = {"cores": cores, "cells": []}
+    n_max = max(DEVICE_COUNTS)
+    data = dataset.limited(sample_limit=rounds * BATCH, test_limit=100)
+    with connect(n_max, dashboard_address="127.0.0.1:0") as cluster:
+        out["rtt_ms"] = 1e3 * comm_round_trip_s(cluster)
+        payload = 4 * sum(w.size for w in build_model(ModelSpec("mlp")).get_weights())
+        for n in DEVICE_COUNTS:
+            # Every device walks the same number of batches: one round per batch, `rounds` rounds.
+            cfg = TrainConfig(model="mlp", n_devices=n, batch_size=BATCH, worker_data="full")
+            train(cluster, data.limited(sample_limit=4 * BATCH, test_limit=100), cfg, log=lambda _: None)
+            raw_ms = 1e3 * raw_loopback_s(n * payload)
+            for rep in range(repeats):
+                for transport in TRANSPORTS if rep % 2 == 0 else TRANSPORTS[::-1]:
+                    cpu0, t0 = _cluster_cpu_s(), time.perf_counter()
+                    run = train(cluster, data, cfg, transport=transport, log=lambda _: None)
+                    cpu, wall = _cluster_cpu_s() - cpu0, time.perf_counter() - t0
+                    cell = {"devices": n, "transport": transport, "repeat": rep, **round_costs(run, cores)}
+                    cell.update(
+                        rounds_per_s=cell["rounds"] / (run.host["train_wall_s"] - run.evaluations["eval_wall_s"].sum()),
+                        host_cpu_ms_per_round=1e3 * cpu / cell["rounds"],
+                        run_wall_s=wall,
+                        raw_loopback_ms=raw_ms,
+                        floor_ms=out["rtt_ms"] + raw_ms,
+                    )
+                    cell["overhead_over_floor"] = cell["overhead_ms"] / cell["floor_ms"]
+                    out["cells"].append(cell)
+                    print(
+                        f"[A] {n:2d} devices {transport:9s}: {cell['round_ms']:6.2f} ms/round, overhead "
+                        f"{cell['overhead_ms']:5.2f} ms = {cell['overhead_over_floor']:.2f}x floor "
+                        f"{cell['floor_ms']:.2f} ms, host CPU {cell['host_cpu_ms_per_round']:.1f} ms/round",
+                        flush=True,
+                    )
+    return out
+
+
+# ----------------------------------------------------------------- peers ----
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _json_line(stdout: str) -> dict[str, Any]:
+    return json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith("{")))
+
+
+def run_mwms(*, steps: int, samples: int) -> dict[str, Any]:
+    """Two MultiWorkerMirroredStrategy workers on loopback; their steps per second."""
+    ports = ",".join(map(str, _free_ports(2)))
+    cmd = [sys.executable, str(SIDES / "mwms_worker.py"), "--ports", ports, "--steps", str(steps)]
+    procs = [
+        subprocess.Popen([*cmd, "--index", str(i), "--samples", str(samples)], stdout=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a MultiWorkerMirroredStrategy worker failed: {[p.returncode for p in procs]}")
+    workers = [_json_line(o) for o in outs]
+    return {"workers": workers, "steps_per_s": min(w["steps_per_s"] for w in workers)}
+
+
+def run_edgelab_sync(cluster: DeviceCluster, dataset: Dataset) -> dict[str, Any]:
+    """Edgelab on two devices, a round per batch of 64 each: rounds per second of host wall."""
+    cfg = TrainConfig(model="mlp", n_devices=2, batch_size=BATCH, worker_data="shard")
+    run = train(cluster, dataset, cfg, log=lambda _: None)
+    rounds = int(run.records["round"].nunique())
+    wall = run.host["train_wall_s"] - float(run.evaluations["eval_wall_s"].sum())
+    return {"rounds": rounds, "wall_s": wall, "steps_per_s": rounds / wall}
+
+
+def bench_mwms(dataset: Dataset, *, repeats: int) -> dict[str, Any]:
+    """Part B: edgelab's synchronous rounds and MultiWorkerMirroredStrategy's steps, interleaved."""
+    steps = dataset.n_train // (2 * BATCH)
+    out: dict[str, Any] = {"edgelab": [], "mwms": [], "steps": steps}
+    with connect(2, dashboard_address="127.0.0.1:0") as cluster:
+        run_edgelab_sync(cluster, dataset.limited(sample_limit=8 * BATCH, test_limit=100))  # warm
+        for rep in range(repeats):
+            for side in ("edgelab", "mwms") if rep % 2 == 0 else ("mwms", "edgelab"):
+                result = (
+                    run_edgelab_sync(cluster, dataset)
+                    if side == "edgelab"
+                    else run_mwms(steps=steps, samples=dataset.n_train)
+                )
+                out[side].append(result)
+                print(f"[B] repeat {rep + 1}/{repeats} {side}: {result['steps_per_s']:.1f} steps/s", flush=True)
+    out["edgelab_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out["edgelab"])
+    out["mwms_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out["mwms"])
+    out["ratio"] = out["edgelab_steps_per_s"] / out["mwms_steps_per_s"]
+    out["paired_ratios"] = [
+        e["steps_per_s"] / m["steps_per_s"] for e, m in zip(out["edgelab"], out["mwms"], strict=True)
+    ]
+    return out
+
+
+def _accuracy(weights_file: str, dataset: Dataset) -> float:
+    model = build_model(ModelSpec("mlp"))
+    with np.load(weights_file) as arrays:
+        model.set_weights([arrays[f"arr_{i}"] for i in range(len(arrays.files))])
+    scores = model.evaluate(prepare_images("mlp", dataset.x_test), dataset.y_test, verbose=0, return_dict=True)
+    return float(scores["accuracy"])
+
+
+def run_fedavg_side(side: str, *, clients: int, samples: int, rounds: int, eval_data: Dataset) -> dict[str, Any]:
+    """One side's federated run in a fresh process: start-up, round times, final accuracy."""
+    script = {"flower": "flower_fedavg.py", "edgelab": "edgelab_fedavg.py"}[side]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "weights.npz")
+        cmd = [sys.executable, str(SIDES / script), "--clients", str(clients), "--samples", str(samples)]
+        done = subprocess.run(
+            [*cmd, "--rounds", str(rounds), "--out", out], capture_output=True, text=True, timeout=1800
+        )
+        if done.returncode:
+            raise RuntimeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        result = _json_line(done.stdout)
+        result["accuracy"] = _accuracy(out, eval_data)
+    later = result["round_s"][1:]
+    result["round1_s"] = result["round_s"][0]
+    result["later_round_s"] = statistics.median(later)
+    result["rounds_per_s"] = 1.0 / result["later_round_s"]
+    return result
+
+
+def bench_fedavg(dataset: Dataset, *, repeats: int, clients: int, samples: int, rounds: int) -> dict[str, Any]:
+    """Part C: edgelab's federated rounds and start-up beside Flower's simulation engine, interleaved."""
+    out: dict[str, Any] = {"edgelab": [], "flower": [], "clients": clients, "samples": samples, "rounds": rounds}
+    for rep in range(repeats):
+        for side in ("edgelab", "flower") if rep % 2 == 0 else ("flower", "edgelab"):
+            result = run_fedavg_side(side, clients=clients, samples=samples, rounds=rounds, eval_data=dataset)
+            out[side].append(result)
+            print(
+                f"[C] repeat {rep + 1}/{repeats} {side}: {result['later_round_s']:.2f} s/round (rounds 2-{rounds}), "
+                f"round 1 {result['round1_s']:.1f} s, start-up to round 1's end {result['to_round1_end_s']:.1f} s, "
+                f"accuracy {result['accuracy']:.3f}",
+                flush=True,
+            )
+    for key in ("later_round_s", "round1_s", "to_round1_end_s", "accuracy"):
+        for side in ("edgelab", "flower"):
+            out[f"{side}_{key}"] = statistics.median(r[key] for r in out[side])
+    out["rounds_ratio"] = out["flower_later_round_s"] / out["edgelab_later_round_s"]
+    out["startup_ratio"] = out["flower_to_round1_end_s"] / out["edgelab_to_round1_end_s"]
+    return out
+
+
+# ---------------------------------------------------------------- report ----
+
+
+def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """Medians over repeats per (devices, transport), with the target verdict."""
+    rows = []
+    for n in DEVICE_COUNTS:
+        for transport in TRANSPORTS:
+            cells = [c for c in part["cells"] if c["devices"] == n and c["transport"] == transport]
+            if not cells:
+                continue
+            row = {"devices": n, "transport": transport}
+            for key in (
+                "round_ms",
+                "compute_ms",
+                "overhead_ms",
+                "floor_ms",
+                "overhead_over_floor",
+                "rounds_per_s",
+                "host_cpu_ms_per_round",
+                "device_cpu_ms",
+                "bytes_per_round",
+            ):
+                row[key] = float(statistics.median(c[key] for c in cells))
+            row["target_met"] = None if n == 1 else row["overhead_over_floor"] <= OVERHEAD_TARGET
+            rows.append(row)
+    return rows
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    """Rounds per second and host CPU per round against devices, each transport (``sync.png``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for transport, marker in zip(TRANSPORTS, "os", strict=False):
+        mine = [r for r in rows if r["transport"] == transport]
+        n = [r["devices"] for r in mine]
+        left.plot(n, [r["rounds_per_s"] for r in mine], marker=marker, label=transport)
+        right.plot(n, [r["host_cpu_ms_per_round"] for r in mine], marker=marker, label=f"{transport}: all processes")
+        if transport == "direct":
+            right.plot(n, [r["device_cpu_ms"] for r in mine], ls="--", color="grey", label="devices' training steps")
+            right.plot(n, [r["floor_ms"] for r in mine], ls=":", color="black", label="floor (wall ms)")
+    left.set(xlabel="devices", ylabel="rounds per second (host wall)", title="Synchronous rounds, LeNet-MLP batch 64")
+    right.set(xlabel="devices", ylabel="ms per round", title="Host CPU per round")
+    for ax in (left, right):
+        ax.set_xticks(list(DEVICE_COUNTS))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The report: overhead against the floor, then each peer side by side."""
+    host = results["host"]
+    lines = [
+        "# Synchronization benchmark",
+        "",
+        f"{host['date_utc']}, {host['processor']}, {host['cpu_count']} CPUs, TF {host['tensorflow']}, "
+        f"Dask {host['distributed']}; MNIST ({results['dataset']['source']}), LeNet-MLP 784-128-64-10, "
+        f"SGD 0.05, batch {BATCH}, one TensorFlow thread per process everywhere. Load average "
+        f"{host['loadavg_start'][0]:.1f} at start, {host['loadavg_end'][0]:.1f} at end; "
+        f"{host['benchmark_wall_s'] / 60:.1f} min in all.",
+    ]
+    if "rounds" in results:
+        a = results["rounds"]
+        lines += [
+            "",
+            f"## A. Per-round overhead against its floor (median of {results['config']['repeats']} runs of "
+            f"{results['config']['rounds']} rounds; {a['cores']} host cores)",
+            "",
+            f"Floor = one round trip on Dask's comms ({a['rtt_ms']:.3f} ms) + the raw loopback TCP transfer of "
+            "the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices.",
+            "",
+            "| devices | transport | round ms | compute ms | overhead ms | floor ms | overhead / floor | target | "
+            "rounds/s | host CPU ms/round | MB/round |",
+            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        ]
+        for r in a["summary"]:
+            target = "-" if r["target_met"] is None else ("yes" if r["target_met"] else "no")
+            lines.append(
+                f"| {r['devices']} | {r['transport']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | "
+                f"{r['overhead_ms']:.2f} | {r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {target} | "
+                f"{r['rounds_per_s']:.1f} | {r['host_cpu_ms_per_round']:.1f} | {r['bytes_per_round'] / 1e6:.2f} |"
+            )
+        lines += [
+            "",
+            "Compute = the slowest device's compute wall, or the devices' CPU seconds over the host's cores when "
+            "they outnumber them (ten devices queue for two cores). Host CPU: every process of the cluster "
+            "(client, scheduler, nannies, workers) over the run, per round. ![scaling](sync.png)",
+        ]
+    if "mwms" in results:
+        b = results["mwms"]
+        lines += [
+            "",
+            f"## B. Synchronous SGD, 2 workers x batch 64: edgelab vs MultiWorkerMirroredStrategy "
+            f"(median of {len(b['edgelab'])})",
+            "",
+            "| | steps/s | ms/step |",
+            "|---|---:|---:|",
+            f"| edgelab (parameter server, direct rounds) | {b['edgelab_steps_per_s']:.1f} | "
+            f"{1e3 / b['edgelab_steps_per_s']:.2f} |",
+            f"| MultiWorkerMirroredStrategy (ring all-reduce, 2 processes) | {b['mwms_steps_per_s']:.1f} | "
+            f"{1e3 / b['mwms_steps_per_s']:.2f} |",
+            "",
+            f"edgelab / MWMS = **{b['ratio']:.2f}** (target >= {PEER_TARGET:.1f}; paired: "
+            f"{', '.join(f'{x:.2f}' for x in b['paired_ratios'])}).",
+        ]
+    if "fedavg" in results:
+        c = results["fedavg"]
+        lines += [
+            "",
+            f"## C. Federated averaging, {c['clients']} clients x {c['samples'] // c['clients']} digits, "
+            f"{c['rounds']} rounds: edgelab vs Flower's simulation engine (median of {len(c['edgelab'])})",
+            "",
+            "| | s/round (rounds 2-5) | round 1 s | start-up to round 1's end s | final accuracy |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for side in ("edgelab", "flower"):
+            lines.append(
+                f"| {side} | {c[f'{side}_later_round_s']:.3f} | {c[f'{side}_round1_s']:.2f} | "
+                f"{c[f'{side}_to_round1_end_s']:.1f} | {c[f'{side}_accuracy']:.3f} |"
+            )
+        lines += [
+            "",
+            f"Rounds/s edgelab / Flower = **{c['rounds_ratio']:.2f}** (target >= {PEER_TARGET:.1f}); start-up "
+            f"Flower / edgelab = **{c['startup_ratio']:.2f}** (>= 1.0: edgelab starts no slower). Each side runs "
+            "in a fresh process, so both pay for their imports.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def run_benchmark(*, parts: list[str], repeats: int, rounds: int, samples: int) -> dict[str, Any]:
+    """Run the chosen parts; every number with its provenance and the host's load."""
+    check_peers([p for p in parts if p in PEERS])
+    if repeats < 1:
+        raise ConfigError("repeats", repeats, "an integer >= 1")
+    if rounds < 10:
+        raise ConfigError("rounds", rounds, "an integer >= 10")
+    dataset = load_dataset("mnist", sample_limit=samples, test_limit=None)
+    host = host_info()
+    t0 = time.perf_counter()
+    results: dict[str, Any] = {
+        "config": {"parts": parts, "repeats": repeats, "rounds": rounds, "samples": samples, "batch": BATCH},
+        "dataset": dataset.provenance(),
+        "host": host,
+    }
+    if "rounds" in parts:
+        results["rounds"] = bench_rounds(dataset, rounds=rounds, repeats=repeats)
+        results["rounds"]["summary"] = summarize_rounds(results["rounds"])
+    if "mwms" in parts:
+        results["mwms"] = bench_mwms(dataset, repeats=repeats)
+    if "flower" in parts:
+        results["fedavg"] = bench_fedavg(dataset, repeats=repeats, clients=10, samples=19200, rounds=5)
+    host["loadavg_end"] = list(os.getloadavg())
+    host["benchmark_wall_s"] = time.perf_counter() - t0
+    return results
+
+
+def write_results(results: dict[str, Any], out_dir: Path | None = None) -> str:
+    """Write ``sync.json``, ``sync.md`` and ``sync.png`` atomically; return the markdown."""
+    folder = out_dir or reports_dir() / "benchmarks"
+    md = render_markdown(results)
+    if "rounds" in results:
+        plot_scaling(results["rounds"]["summary"], folder / "sync.png")
+    atomic_write_text(folder / "sync.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write_text(folder / "sync.md", md)
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--parts", nargs="+", default=["rounds", "mwms", "flower"], choices=["rounds", "mwms", "flower"]
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=200, help="rounds per part-A run (default %(default)s)")
+    parser.add_argument("--samples", type=int, default=12800, help="digits for part B (default %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks")
+    args = parser.parse_args(argv)
+    results = run_benchmark(parts=args.parts, repeats=args.repeats, rounds=args.rounds, samples=args.samples)
+    print(write_results(results, args.out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""edgelab's federated averaging in a fresh process: its side of the Flower comparison in ``bench_sync.py``.
+
+The same work as ``flower_fedavg.py``: ``--clients`` emulated devices, each with
+its iid shard of the first ``--samples`` digits, the seeded MLP (SGD 0.05), one
+local epoch of batch 64 per round (``sync_every="epoch"``), samples-weighted
+averaging. Run in its own process, so its start-up pays for what Flower's does
+(the interpreter's imports, the cluster, each device's model and data).
+
+Prints one JSON line: seconds from the start of this process to the end of
+round 1, each round's wall time (``TrainRun.records["round_wall_s"]``, the
+evaluation after each epoch left out, as Flower's rounds have none), and
+writes the final weights to ``--out``.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start the cluster, run the federated rounds, print the times as one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=19200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--transport", default="direct")
+    parser.add_argument("--out", required=True, help="where the final weights go (.npz)")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    from edgelab.cluster import connect
+    from edgelab.data import load_dataset
+    from edgelab.train import TrainConfig, train
+
+    data = load_dataset("mnist", sample_limit=args.samples, test_limit=100)
+    cfg = TrainConfig(
+        model="mlp",
+        n_devices=args.clients,
+        epochs=args.rounds,
+        batch_size=args.batch,
+        sync_every="epoch",
+        worker_data="shard",
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+    )
+    t_connect = time.perf_counter()
+    with connect(args.clients, dashboard_address="127.0.0.1:0") as cluster:
+        connected = time.perf_counter()
+        run = train(cluster, data, cfg, transport=args.transport, log=lambda _: None)
+    rounds = run.records.groupby("round")["round_wall_s"].first().tolist()
+    np.savez(args.out, *run.weights)
+    print(
+        json.dumps(
+            {
+                "to_connect_s": t_connect - PROCESS_START,
+                "connect_s": connected - t_connect,
+                "to_round1_end_s": connected - PROCESS_START + run.host["first_round_end_s"],
+                "round_s": rounds,
+                "clients": args.clients,
+                "transport": args.transport,
+                "out": args.out,
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
