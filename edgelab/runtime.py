@@ -89,34 +89,52 @@ class ShardMissingError(StateMissingError):
 
 @dataclass
 class _Shard:
-    # TensorFlow tensors, made once per run: batches are gathered from them
-    # inside TensorFlow, so no round copies the shard. The images stay uint8
-    # (a quarter of float32: 154 MB, not 614 MB, for all of CIFAR-10 on one
-    # device) and each batch is scaled as it is gathered, to the very floats
-    # ``edgelab.models.prepare_images`` gives.
-    x: Any  # (n, 28, 28) or (n, 32, 32, 3) uint8
-    y: Any  # (n,) int64
+    # The images stay uint8 (a quarter of float32: 154 MB, not 614 MB, for all
+    # of CIFAR-10 on one device) and each batch is scaled as it is gathered, to
+    # the very floats ``edgelab.models.prepare_images`` gives. A round of one
+    # batch gathers in numpy (bit for bit TensorFlow's eager gather and scaling,
+    # tested on every uint8 value, at a twentieth of its cost); a round of many
+    # batches streams them through ``tf.data`` from tensors made once.
+    x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8
+    y: np.ndarray  # (n,) int64
     channel_axis: bool  # the model wants a trailing channel axis the images lack (LeNet-CNN)
+    _tensors: tuple[Any, Any] | None = None
+    _order: tuple[tuple[int, int, int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def take(self, idx: Any) -> tuple[Any, Any]:
+    def order(self, seed: int, device_index: int, epoch: int) -> np.ndarray:
+        """The device's seeded order of its samples in ``epoch``, made once per epoch (not once per round)."""
+        key = (seed, device_index, epoch)
+        if self._order is None or self._order[0] != key:
+            self._order = key, np.random.default_rng(key).permutation(len(self))
+        return self._order[1]
+
+    def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The samples ``idx`` (sorted first), prepared for the model."""
+        idx = np.sort(idx)
+        x = self.x[idx].astype(np.float32) / np.float32(255.0)
+        return (x[..., None] if self.channel_axis else x), self.y[idx]
+
+    def _take_tensors(self, idx: Any) -> tuple[Any, Any]:
         import tensorflow as tf
 
+        assert self._tensors is not None, "batches() makes the tensors"
+        x_all, y_all = self._tensors
         idx = tf.sort(idx)
-        x = tf.cast(tf.gather(self.x, idx), tf.float32) / 255.0
-        return (x[..., None] if self.channel_axis else x), tf.gather(self.y, idx)
+        x = tf.cast(tf.gather(x_all, idx), tf.float32) / 255.0
+        return (x[..., None] if self.channel_axis else x), tf.gather(y_all, idx)
 
     def batches(self, order: np.ndarray, batch_size: int) -> Any:
         """A ``tf.data`` pipeline of the shard's samples in ``order``, ``batch_size`` at a time."""
         import tensorflow as tf
 
-        # The same batches as train_on_batch below, member for member.
-        batches = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(self.take)
+        if self._tensors is None:  # made here, eagerly: map() traces _take_tensors into a graph
+            self._tensors = tf.convert_to_tensor(self.x), tf.convert_to_tensor(self.y)
+        # The same samples as a round of one batch, member for member.
+        batches = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(self._take_tensors)
         return batches.prefetch(1)
-
 
 @dataclass
 class DeviceRuntime(WorkerPlugin):
@@ -140,7 +158,8 @@ class DeviceRuntime(WorkerPlugin):
         import tensorflow  # noqa: F401
 
         self.device = worker.name
-        self.baseline_rss = psutil.Process().memory_info().rss
+        self.process = psutil.Process()
+        self.baseline_rss = self.process.memory_info().rss
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
 
@@ -229,12 +248,10 @@ def load_shard(
     """
     rt = _runtime()
     rt.bytes_received += int(x.nbytes + y.nbytes)
-    import tensorflow as tf
-
     images = np.asarray(x)
     shard = _Shard(
-        x=tf.convert_to_tensor(images),
-        y=tf.convert_to_tensor(np.asarray(y, dtype=np.int64)),
+        x=images,
+        y=np.asarray(y, dtype=np.int64),
         channel_axis=np.shape(prepare_images(spec.name, images[:1]))[1:] != images.shape[1:],
     )
     cpu0 = time.process_time()
@@ -260,23 +277,36 @@ def _warm(model: Any, shard: _Shard, batch_size: int, steps: int) -> None:
     # No reset needed: every round and evaluation starts with set_weights, and plain SGD keeps no state.
 
 
-# Each model's variables in ``model.weights`` order, listed once: Keras walks every layer for each
-# ``set_weights`` and ``get_weights``, which cost more than a LeNet-MLP training step.
-_variables: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+# Each model's variables in ``model.weights`` order, listed once, with their shapes: Keras walks
+# every layer and converts every value for each ``set_weights`` and ``get_weights``, which cost
+# more than a LeNet-MLP training step; the raw ops below are the very kernels its assignments run.
+_variables: weakref.WeakKeyDictionary[Any, list[tuple[Any, tuple[int, ...]]]] = weakref.WeakKeyDictionary()
+
+
+def _tf_variables(model: Any) -> list[tuple[Any, tuple[int, ...]]]:
+    if model not in _variables:
+        _variables[model] = [(v.value, tuple(v.shape)) for v in model.weights]
+    return _variables[model]
 
 
 def set_weights(model: Any, weights: Weights) -> None:
-    """``model.set_weights(weights)``: the same assignments in the same order, without the walk over the layers."""
-    variables = _variables.setdefault(model, list(model.weights))
+    """``model.set_weights(weights)``: the same values assigned, without the walk over the layers."""
+    import tensorflow as tf
+
+    variables = _tf_variables(model)
     if len(variables) != len(weights):
         raise ValueError(f"the model has {len(variables)} weights, got {len(weights)} arrays")
-    for variable, value in zip(variables, weights, strict=True):
-        variable.assign(value)
+    for (variable, shape), value in zip(variables, weights, strict=True):
+        if np.shape(value) != shape:
+            raise ValueError(f"weight {variable.name} has shape {shape}, got an array of shape {np.shape(value)}")
+        tf.raw_ops.AssignVariableOp(resource=variable.handle, value=tf.constant(value, dtype=variable.dtype))
 
 
 def get_weights(model: Any) -> Weights:
     """``model.get_weights()``, without the walk over the layers."""
-    return [v.numpy() for v in _variables.setdefault(model, list(model.weights))]
+    import tensorflow as tf
+
+    return [tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=v.dtype).numpy() for v, _ in _tf_variables(model)]
 
 
 def _train_steps(
@@ -285,9 +315,8 @@ def _train_steps(
     """Train on the shard's samples ``order`` from ``weights``; the weight delta and the last loss."""
     set_weights(model, weights)
     if steps == 1:
-        import tensorflow as tf
 
-        logs = model.train_on_batch(*shard.take(tf.constant(order)), return_dict=True)
+        logs = model.train_on_batch(*shard.take(order), return_dict=True)
         loss = float(logs["loss"])
     else:
         # Many batches per round: Keras' own loop runs its compiled step without a
@@ -354,7 +383,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
     model = rt.model(task.spec)
 
     # Each device walks its data in its own seeded order, fresh every epoch.
-    order = np.random.default_rng((task.seed, task.device_index, task.epoch)).permutation(len(shard))
+    order = shard.order(task.seed, task.device_index, task.epoch)
     start = task.first_step * task.batch_size
     stop = min(len(order), start + task.steps * task.batch_size)
 
@@ -367,7 +396,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
 
     sent = nbytes(delta)
     rt.bytes_sent += sent
-    rss = psutil.Process().memory_info().rss
+    rss = rt.process.memory_info().rss
     record = {
         **{k: v for k, v in asdict(task).items() if k not in ("spec", "run_id")},
         "device": rt.device,

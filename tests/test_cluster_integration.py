@@ -285,9 +285,10 @@ def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
     run = train(cluster, dataset, CFG, monitor_interval_s=0.05)
     monkeypatch.undo()
 
-    # Assert: pi3b-1 restarted during round 2's aggregation; round 3's broadcast finds it, on a new process
+    # Assert: pi3b-1 restarted during round 2's aggregation; round 3's call finds it gone (the call carries
+    # the weights and trains: broadcast and train are one round trip), and finds it on a new process
     assert restarted_at and restarted_at[0] not in _workers(cluster)
-    assert run.recoveries[["device", "phase", "at"]].values.tolist() == [["pi3b-1", "broadcast", 3]]
+    assert run.recoveries[["device", "phase", "at"]].values.tolist() == [["pi3b-1", "train", 3]]
     # the parameter server held all state: the run is the undisturbed run, exactly
     assert len(run.records) == len(runs[0].records)
     assert run.weights_sha256 == runs[0].weights_sha256
