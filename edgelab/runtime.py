@@ -136,6 +136,7 @@ class _Shard:
         batches = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(self._take_tensors)
         return batches.prefetch(1)
 
+
 @dataclass
 class DeviceRuntime(WorkerPlugin):
     """Per-worker state of one emulated (or real) device."""
@@ -315,7 +316,6 @@ def _train_steps(
     """Train on the shard's samples ``order`` from ``weights``; the weight delta and the last loss."""
     set_weights(model, weights)
     if steps == 1:
-
         logs = model.train_on_batch(*shard.take(order), return_dict=True)
         loss = float(logs["loss"])
     else:

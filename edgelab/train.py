@@ -319,13 +319,15 @@ def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.n
     """One synchronous round: weights to every device, its batches trained, the updates gathered."""
     rnd = next(iter(tasks.values())).round
     if transport == "direct":
+        # The weights and the training are one call: a device killed at either point dies as the call goes out.
         fleet.point("broadcast", rnd)
-        calls = {device: fleet.direct(device, "train_round", task, weights) for device, task in tasks.items()}
         fleet.point("train", rnd)
+        calls = {device: fleet.direct(device, "train_round", task, weights) for device, task in tasks.items()}
         fleet.wait(calls)
+        results = [call.result() for call in calls.values()]  # a device lost in this round fails it here
         # The updates are here already: a device lost now is found by the next step.
         fleet.point("gather", rnd)
-        return [call.result() for call in calls.values()]
+        return results
     sent = {device: fleet.send(device, weights) for device in tasks}
     fleet.point("broadcast", rnd)
     futures = {device: fleet.submit(device, runtime.train_round, task, sent[device]) for device, task in tasks.items()}

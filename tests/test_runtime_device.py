@@ -11,27 +11,46 @@ from edgelab.runtime import DeviceRuntime, _Shard
 
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
 def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[int, ...]) -> None:
-    import tensorflow as tf
-
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, size=(50, *shape), dtype=np.uint8)
     y = rng.integers(0, 10, size=50)
     prepared = np.asarray(prepare_images(name, x))
-    shard = _Shard(
-        x=tf.convert_to_tensor(x),
-        y=tf.convert_to_tensor(y),
-        channel_axis=prepared.shape[1:] != x.shape[1:],
-    )
+    shard = _Shard(x=x, y=y, channel_axis=prepared.shape[1:] != x.shape[1:])
     order = rng.permutation(50)[:16]
 
-    images, labels = shard.take(tf.constant(order))
+    images, labels = shard.take(order)
     via_dataset = next(iter(shard.batches(order, 16)))
 
     expected = prepared[np.sort(order)]
-    assert shard.x.dtype == tf.uint8  # a quarter of the float32 bytes on the device
-    np.testing.assert_array_equal(images.numpy(), expected)
+    assert shard.x.dtype == np.uint8  # a quarter of the float32 bytes on the device
+    np.testing.assert_array_equal(images, expected)
     np.testing.assert_array_equal(via_dataset[0].numpy(), expected)
-    np.testing.assert_array_equal(labels.numpy(), y[np.sort(order)])
+    np.testing.assert_array_equal(labels, y[np.sort(order)])
+
+
+def test_a_batch_gathered_in_numpy_equals_tensorflows_eager_gather_on_every_uint8_value() -> None:
+    import tensorflow as tf
+
+    # Prepare: every value a pixel can take, in a shard of one 16x16 image
+    x = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)
+    shard = _Shard(x=x, y=np.zeros(1, np.int64), channel_axis=False)
+
+    # Execute: numpy's gather and scaling (one-batch rounds) against TensorFlow's eager one (the old path)
+    images, _ = shard.take(np.array([0]))
+    eager = (tf.cast(tf.gather(tf.constant(x), tf.constant([0])), tf.float32) / 255.0).numpy()
+
+    # Assert: the same float32 bits
+    np.testing.assert_array_equal(images.view(np.int32), eager.view(np.int32))
+
+
+def test_an_epochs_order_is_made_once_and_changes_with_the_epoch() -> None:
+    shard = _Shard(x=np.zeros((10, 2, 2), np.uint8), y=np.zeros(10, np.int64), channel_axis=False)
+
+    first = shard.order(0, 1, 0)
+
+    assert shard.order(0, 1, 0) is first
+    np.testing.assert_array_equal(first, np.random.default_rng((0, 1, 0)).permutation(10))
+    assert not np.array_equal(shard.order(0, 1, 1), first)
 
 
 def test_a_device_keeps_only_the_model_it_was_last_asked_for() -> None:
