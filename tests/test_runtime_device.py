@@ -19,7 +19,7 @@ def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[i
     order = rng.permutation(50)[:16]
 
     images, labels = shard.take(order)
-    via_dataset = next(iter(shard.batches(order, 16)))
+    via_dataset = next(shard.batches(order, 16))
 
     expected = prepared[np.sort(order)]
     assert shard.x.dtype == np.uint8  # a quarter of the float32 bytes on the device
@@ -63,3 +63,32 @@ def test_a_device_keeps_only_the_model_it_was_last_asked_for() -> None:
 
     assert list(rt.models) == [cnn]
     assert list(rt.initial) == [cnn]
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(name: str) -> None:
+    from edgelab.models import build_model
+    from edgelab.runtime import _train_steps, get_weights, set_weights
+
+    # Prepare: a seeded model with weight decay, 300 samples in a seeded order: 5 batches of 64, the last short
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, size=(300, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, size=300)
+    model = build_model(ModelSpec(name, weight_decay=1e-4))
+    weights = get_weights(model)
+    shard = _Shard(x=x, y=y, channel_axis=name == "cnn")
+    order = rng.permutation(300)
+
+    # Execute: the runtime's round, twice (the second reuses its pipeline), and Keras' fit on the same batches
+    _train_steps(model, shard, weights, order, 5, 64)
+    delta, loss = _train_steps(model, shard, weights, order, 5, 64)
+    set_weights(model, weights)
+    import tensorflow as tf
+
+    ref = tf.data.Dataset.from_tensor_slices(order).batch(64).map(shard._take_tensors)
+    history = model.fit(ref, epochs=1, shuffle=False, verbose=0)
+
+    # Assert
+    for got, after, before in zip(delta, get_weights(model), weights, strict=True):
+        np.testing.assert_array_equal(got, after - before)
+    assert loss == float(history.history["loss"][-1])
