@@ -39,6 +39,32 @@ def test_weighted_mean_equals_numpy_average(n_clients: int) -> None:
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("n_clients", [1, 2, 10])
+def test_the_mean_delta_applied_is_bit_for_bit_the_plain_formula(n_clients: int) -> None:
+    # apply_delta skips multiplying by 1.0: the same bits as the plain formula, signed zeros included.
+    rng = np.random.default_rng(n_clients)
+    arrays = [
+        [rng.standard_normal((30, 7)).astype(np.float32) * 1e-3, np.array([0.0, -0.0, 1.0], np.float32)]
+        for _ in range(n_clients)
+    ]
+    weights = [int(s) for s in rng.integers(1, 100, n_clients)]
+    base = [rng.standard_normal((30, 7)).astype(np.float32), np.array([-0.0, 0.0, 2.0], np.float32)]
+
+    total = float(sum(weights))
+    plain = [
+        (sum(w * layer.astype(np.float64) for w, layer in zip(weights, layers, strict=True)) / total).astype(np.float32)
+        for layers in zip(*arrays, strict=True)
+    ]
+    got = weighted_mean(arrays, weights)
+    applied = apply_delta(base, got)
+
+    for mine, ref in zip(got, plain, strict=True):
+        assert mine.dtype == ref.dtype
+        np.testing.assert_array_equal(mine.view(np.int32), ref.view(np.int32))
+    for mine, b, ref in zip(applied, base, plain, strict=True):
+        np.testing.assert_array_equal(mine.view(np.int32), (b + 1.0 * ref).astype(np.float32).view(np.int32))
+
+
 def test_weighted_mean_hand_computed() -> None:
     # Prepare
     a = [np.array([0.0, 10.0]), np.array([[1.0]])]

@@ -33,4 +33,6 @@ def weighted_mean(arrays: list[NDArrays], weights: list[float]) -> NDArrays:
 
 def apply_delta(weights: NDArrays, delta: NDArrays, *, scale: float = 1.0) -> NDArrays:
     """``weights + scale * delta``, layer by layer."""
-    return [(w + scale * d).astype(w.dtype) for w, d in zip(weights, delta, strict=True)]
+    if scale == 1.0:  # 1.0 * d is d, bit for bit: skip a pass over the weights
+        return [(w + d).astype(w.dtype, copy=False) for w, d in zip(weights, delta, strict=True)]
+    return [(w + scale * d).astype(w.dtype, copy=False) for w, d in zip(weights, delta, strict=True)]
