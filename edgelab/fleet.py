@@ -49,8 +49,10 @@ T = TypeVar("T")
 
 #: How a run's rounds reach the devices: ``"direct"``, one call from the client to each device's
 #: worker on Dask's comms (``Fleet.direct``); ``"scheduler"``, the weights scattered, a task
-#: scheduled and its result gathered (``send``, ``submit``, ``gather``). Results are the same, bit for bit.
-TRANSPORTS = ("direct", "scheduler")
+#: scheduled and its result gathered (``send``, ``submit``, ``gather``); ``"allreduce"``, the devices
+#: average among themselves and the client sends only tasks (``edgelab.allreduce``; synchronous
+#: strategies). Results are the same, bit for bit.
+TRANSPORTS = ("direct", "scheduler", "allreduce")
 # How often a wait looks at the scheduler's view of the workers.
 POLL_S = 0.5
 # How long a device may take to come back after its worker died (the nanny restarts it).

@@ -32,10 +32,13 @@ from distributed.protocol import to_serialize
 
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
+from edgelab.wire import Packed
 
 PLUGIN_NAME = "edgelab-device"
 #: The worker handler a direct call from the client reaches (``edgelab.fleet.Fleet.direct``).
 DIRECT_OP = "edgelab_direct"
+#: The worker handler a peer device's all-reduce piece reaches (``edgelab.allreduce``).
+PEER_OP = "edgelab_peer"
 
 Weights = list[np.ndarray]
 
@@ -171,6 +174,8 @@ class DeviceRuntime(WorkerPlugin):
     sampler: ResourceSampler | None = None
     # Pipeline stages and ensemble members this device holds, by (run id, stage name): edgelab.pipeline.worker.
     stages: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # All-reduce runs' weights and peers, by run id: edgelab.allreduce.
+    peers: dict[str, Any] = field(default_factory=dict)
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
@@ -182,13 +187,16 @@ class DeviceRuntime(WorkerPlugin):
         self.baseline_rss = self.process.memory_info().rss
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
+        worker.handlers[PEER_OP] = self._peer
 
     def teardown(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         worker.handlers.pop(DIRECT_OP, None)
+        worker.handlers.pop(PEER_OP, None)
         if self.sampler is not None:
             self.sampler.stop()
         self.shards.clear()
         self.stages.clear()
+        self.peers.clear()
         self.models.clear()
         self.initial.clear()
 
@@ -198,18 +206,29 @@ class DeviceRuntime(WorkerPlugin):
         Errors travel back as values, as an actor's do: an expected one (a
         device that restarted and lost its shard) must not log a traceback here.
         """
-        try:
-            func = DIRECT_FUNCTIONS[fn]
-        except KeyError:
-            error: Exception = ValueError(f"fn={fn!r} is not a direct function: one of {', '.join(DIRECT_FUNCTIONS)}")
+        from edgelab.allreduce import LOOP_FUNCTIONS
+
+        if fn not in DIRECT_FUNCTIONS and fn not in LOOP_FUNCTIONS:
+            known = ", ".join([*DIRECT_FUNCTIONS, *LOOP_FUNCTIONS])
+            error: Exception = ValueError(f"fn={fn!r} is not a direct function: one of {known}")
             return {"status": "error", "exception": to_serialize(error)}
-        # The worker's one thread, where its tasks run too: one thing at a time per device.
-        executor = self._worker.executors["default"]
         try:
-            result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
+            if fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop, and train on the thread below
+                result = await LOOP_FUNCTIONS[fn](self, *args)
+            else:
+                # The worker's one thread, where its tasks run too: one thing at a time per device.
+                executor = self._worker.executors["default"]
+                func = DIRECT_FUNCTIONS[fn]
+                result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
         except Exception as exc:
             return {"status": "error", "exception": to_serialize(exc)}
         return {"status": "OK", "result": to_serialize(result)}
+
+    async def _peer(self, **piece: Any) -> str:
+        """A peer device's piece of an all-reduce round (``edgelab.allreduce.receive``)."""
+        from edgelab.allreduce import receive
+
+        return await receive(self, **piece)
 
     def counters(self) -> tuple[int, int]:
         """Cumulative payload bytes (sent, received) of this device."""
@@ -358,8 +377,10 @@ def holds_shard(run_id: str, dask_worker: Any = None) -> bool:
 
 
 def release(run_id: str, dask_worker: Any = None) -> None:
-    """Forget a run's shard (run with ``client.run``)."""
-    _runtime(dask_worker).shards.pop(run_id, None)
+    """Forget a run's shard and all-reduce state (run with ``client.run``)."""
+    rt = _runtime(dask_worker)
+    rt.shards.pop(run_id, None)
+    rt.peers.pop(run_id, None)
 
 
 def initial_weights(spec: ModelSpec) -> Weights:
@@ -386,13 +407,14 @@ class RoundTask:
     seed: int
 
 
-def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, Any]]:
+def train_round(task: RoundTask, weights: Weights) -> tuple[Packed, dict[str, Any]]:
     """Train ``task.steps`` batches from ``weights`` and return the weight delta.
 
     Returns
     -------
     delta, record
-        ``delta`` = local weights after training minus ``weights``; ``record``
+        ``delta`` = local weights after training minus ``weights`` (``Packed``:
+        it arrives as the list of arrays, in one buffer); ``record``
         holds what was measured: CPU seconds of this worker process during the
         compute (all threads), host wall seconds, bytes in and out, samples,
         loss and the memory working set above the framework baseline; and, under
@@ -437,7 +459,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Weights, dict[str, A
         # The monitor's samples travel with the result, so a device that dies loses only its last round's.
         "monitor": rt.sampler.drain() if rt.sampler is not None else [],
     }
-    return delta, record
+    return Packed(delta), record
 
 
 def evaluate(spec: ModelSpec, weights: Weights, x: np.ndarray, y: np.ndarray) -> dict[str, float]:

@@ -6,7 +6,9 @@ weights to every device, each device trains on its own data from those weights
 strategy (``edgelab.sync``) turns the deltas into the next global weights.
 A round travels by ``transport`` (``edgelab.fleet.TRANSPORTS``): by default one
 direct call per device, the weights out and the delta back in one round trip;
-``"scheduler"`` scatters, schedules a task and gathers, as Dask's own API does.
+``"scheduler"`` scatters, schedules a task and gathers, as Dask's own API does;
+``"allreduce"`` leaves the weights on the devices, which average among
+themselves (``edgelab.allreduce``), and the client sends only tasks.
 Model state lives on the workers and is built once per worker; only numpy
 arrays cross the wire.
 
@@ -33,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab import async_schedule, runtime
+from edgelab.allreduce import Ring
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, partition
 from edgelab.device_model import FIT_CELLS, DeviceModel
@@ -42,7 +45,7 @@ from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.model_costs import weight_count
 from edgelab.models import ModelSpec
-from edgelab.sync import DeviceUpdate, ParameterServerAsync, build_strategy
+from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
 from edgelab.timeline import Topology
 from edgelab.train_config import (
     PARTITIONS,
@@ -56,6 +59,7 @@ from edgelab.train_config import (
     samples_per_device,
     steps_per_device,
 )
+from edgelab.wire import Packed
 
 __all__ = [
     "PARTITIONS",
@@ -150,10 +154,18 @@ def train(
     first device in a fresh process (``edgelab.memory_probe``); a run that
     needs more raises ``DeviceOutOfMemory`` before any training.
     ``transport`` (``TRANSPORTS``) is how rounds reach the devices; it changes
-    the host's wall time, never the result.
+    the host's wall time, never the result. Under ``"allreduce"`` (synchronous
+    strategies only) the weights live on the devices: a round cut by a lost
+    device runs again from a surviving device's copy, and a run whose devices
+    are all lost at once raises ``WorkerLostError``.
     """
     if transport not in TRANSPORTS:
         raise ConfigError("transport", transport, f"one of {', '.join(TRANSPORTS)}")
+    strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
+    if transport == "allreduce" and (not isinstance(strategy, ParameterServerSync) or strategy.asynchronous):
+        raise ConfigError(
+            "transport", transport, f"a synchronous strategy (ps_sync, end_average), not strategy={cfg.strategy!r}"
+        )
     # With a memory budget the device measures each step against it; the estimate is only informative then.
     check(
         cfg,
@@ -165,7 +177,6 @@ def train(
         raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
     schedule = kill_schedule(kills, cfg, dataset.n_train)
     devices = cluster.devices[: cfg.n_devices]
-    strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
     spec = cfg.spec
     t_start = time.perf_counter()
 
@@ -210,8 +221,18 @@ def train(
     finished = False
     eval_data = dataset.x_test[: cfg.eval_limit], dataset.y_test[: cfg.eval_limit]
 
-    def check_progress(weights: list[np.ndarray], updates: int, samples: int) -> None:
+    ring: Ring | None = None
+
+    def held(weights: list[np.ndarray] | None, updates: int) -> list[np.ndarray]:
+        # Under all-reduce the devices hold the weights: fetched when an evaluation needs them.
+        if weights is not None:
+            return weights
+        assert ring is not None
+        return fleet.attempt("evaluate", updates, partial(ring.weights_at, updates))
+
+    def check_progress(weights: list[np.ndarray] | None, updates: int, samples: int) -> None:
         if cfg.eval_every and updates % cfg.eval_every == 0:
+            weights = held(weights, updates)
             scores = fleet.attempt(
                 "evaluate", updates, partial(_evaluate, fleet, devices[0], spec, weights, *eval_data)
             )
@@ -219,6 +240,7 @@ def train(
 
     try:
         weights = fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))
+        ring = Ring(fleet, run_id, devices, weights, strategy) if transport == "allreduce" else None
         t_train = time.perf_counter()
         if isinstance(strategy, ParameterServerAsync):
             model = device_model or _device_model(cluster)
@@ -258,15 +280,22 @@ def train(
                     for i, device in enumerate(devices)
                     if first < steps[i]
                 }
-                results = fleet.attempt("broadcast", rnd, partial(_round, fleet, tasks, weights, transport))
-                attempt_s = fleet.last_attempt_s
-                # The gathered updates are in this process now: a device lost from here on is
-                # found (and prepared again) by the next step; the aggregation needs nothing from it.
-                fleet.point("aggregate", rnd)
-                t_agg = time.perf_counter()
-                updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
-                weights = strategy.aggregate(weights, updates) or weights
-                round_wall = attempt_s + time.perf_counter() - t_agg
+                if ring is not None:
+                    # The devices averaged among themselves: the client holds no weights until it asks.
+                    results = [(None, r) for r in fleet.attempt("broadcast", rnd, partial(ring.round, tasks, rnd))]
+                    round_wall = fleet.last_attempt_s
+                    fleet.point("aggregate", rnd)
+                    weights = None
+                else:
+                    results = fleet.attempt("broadcast", rnd, partial(_round, fleet, tasks, weights, transport))
+                    attempt_s = fleet.last_attempt_s
+                    # The gathered updates are in this process now: a device lost from here on is
+                    # found (and prepared again) by the next step; the aggregation needs nothing from it.
+                    fleet.point("aggregate", rnd)
+                    t_agg = time.perf_counter()
+                    updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
+                    weights = strategy.aggregate(weights, updates) or weights
+                    round_wall = attempt_s + time.perf_counter() - t_agg
                 for _, record in results:
                     monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
                     records.append(
@@ -277,11 +306,13 @@ def train(
                 seen += sum(int(r["samples"]) for _, r in results)
                 check_progress(weights, rnd, seen)
             t_eval = time.perf_counter()
+            weights = held(weights, rnd)
             evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, epoch)
             scores = fleet.attempt("evaluate", epoch, evaluate)
             evaluations.append(
                 {"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
             )
+        weights = held(weights, rnd)
         train_wall = time.perf_counter() - t_train
         monitor += _stop_monitors(fleet, devices)
         finished = True
@@ -318,17 +349,18 @@ KILL_COLUMNS = ["device", "phase", "at", "t"]
 def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray], transport: str) -> list[Any]:
     """One synchronous round: weights to every device, its batches trained, the updates gathered."""
     rnd = next(iter(tasks.values())).round
+    payload = Packed(weights)  # packed once for every device
     if transport == "direct":
         # The weights and the training are one call: a device killed at either point dies as the call goes out.
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
-        calls = {device: fleet.direct(device, "train_round", task, weights) for device, task in tasks.items()}
+        calls = {device: fleet.direct(device, "train_round", task, payload) for device, task in tasks.items()}
         fleet.wait(calls)
         results = [call.result() for call in calls.values()]  # a device lost in this round fails it here
         # The updates are here already: a device lost now is found by the next step.
         fleet.point("gather", rnd)
         return results
-    sent = {device: fleet.send(device, weights) for device in tasks}
+    sent = {device: fleet.send(device, payload) for device in tasks}
     fleet.point("broadcast", rnd)
     futures = {device: fleet.submit(device, runtime.train_round, task, sent[device]) for device, task in tasks.items()}
     fleet.point("train", rnd)
@@ -350,7 +382,7 @@ def _evaluate(
 
     ``epoch``: the end-of-epoch evaluation it is (a kill point); None for an in-epoch one.
     """
-    args = [fleet.send(device, a) for a in (weights, x, y)]
+    args = [fleet.send(device, a) for a in (Packed(weights), x, y)]
     future = {device: fleet.submit(device, runtime.evaluate, spec, *args)}
     if epoch is not None:
         fleet.point("evaluate", epoch)
@@ -422,9 +454,9 @@ def _train_async(
     def pull(update: int, pulled: list[np.ndarray]) -> None:
         device = devices[int(plan.iloc[update].device_index)]
         if transport == "direct":
-            call: Any = fleet.direct(device, "train_round", task_of(update), pulled)
+            call: Any = fleet.direct(device, "train_round", task_of(update), Packed(pulled))
         else:
-            call = fleet.submit(device, runtime.train_round, task_of(update), fleet.send(device, pulled))
+            call = fleet.submit(device, runtime.train_round, task_of(update), fleet.send(device, Packed(pulled)))
         inflight[update] = (call, pulled, fleet.generation(device))
 
     def collect(update: int) -> tuple[list[np.ndarray], dict[str, Any]]:

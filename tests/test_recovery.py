@@ -78,13 +78,17 @@ def test_the_schedules_cover_every_phase() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("kills", SCHEDULES, ids=["run-a", "run-b"])
+@pytest.mark.parametrize(
+    ("kills", "transport"),
+    [(SCHEDULES[0], "direct"), (SCHEDULES[1], "direct"), (SCHEDULES[0], "allreduce"), (SCHEDULES[1], "allreduce")],
+    ids=["run-a", "run-b", "run-a-allreduce", "run-b-allreduce"],
+)
 def test_killed_devices_recover_with_the_undisturbed_result(
-    cluster: DeviceCluster, dataset: Dataset, undisturbed: TrainRun, kills: list[Kill]
+    cluster: DeviceCluster, dataset: Dataset, undisturbed: TrainRun, kills: list[Kill], transport: str
 ) -> None:
-    # Execute
+    # Execute: under all-reduce the weights live on the devices, and a round cut by a loss restarts from a survivor's
     lines: list[str] = []
-    run = train(cluster, dataset, CFG, kills=kills, log=lines.append)
+    run = train(cluster, dataset, CFG, kills=kills, log=lines.append, transport=transport)
 
     # Assert: every kill fired and was recovered from, and the result is the undisturbed one, bit for bit
     assert sorted(run.kills["device"]) == sorted(k.device for k in kills)
@@ -129,6 +133,18 @@ def test_every_device_lost_at_once_recovers_with_the_undisturbed_result(
     assert sorted(run.recoveries["device"]) == ["pi3b-0", "pi3b-1", "pi3b-2"]
     assert set(run.recoveries["at"]) == {2}
     assert run.weights_sha256 == undisturbed.weights_sha256, _divergence(run, undisturbed)
+
+
+@pytest.mark.integration
+def test_every_device_lost_at_once_under_allreduce_fails_saying_the_weights_are_gone(
+    cluster: DeviceCluster, dataset: Dataset
+) -> None:
+    # Prepare: the weights live only on the devices, and all three die in the same round
+    kills = [Kill(device, "train", 2) for device in ("pi3b-0", "pi3b-1", "pi3b-2")]
+
+    # Execute / Assert: a clear error, not a hang or a run from wrong weights
+    with pytest.raises(WorkerLostError, match=r"every device of all-reduce run \w+ was lost at once"):
+        train(cluster, dataset, CFG, kills=kills, log=lambda _: None, transport="allreduce")
 
 
 @pytest.mark.integration

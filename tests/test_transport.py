@@ -1,9 +1,10 @@
-"""Rounds by direct call and rounds through the scheduler give the same run, bit for bit.
+"""Rounds by direct call, through the scheduler and by all-reduce give the same run, bit for bit.
 
 A real two-device cluster (tests/conftest.py). ``transport="direct"`` calls each
 device's runtime straight from the client (``edgelab.fleet.Fleet.direct``);
-``"scheduler"`` scatters the weights, schedules a task and gathers, as before.
-Only the host's wall time may differ.
+``"scheduler"`` scatters the weights, schedules a task and gathers, as before;
+``"allreduce"`` keeps the weights on the devices, which average among
+themselves (``edgelab.allreduce``). Only the host's wall time may differ.
 """
 
 from __future__ import annotations
@@ -26,25 +27,38 @@ SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "u
 CONFIGS = {
     "sync-per-batch": TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=32, momentum=0.9),
     "sync-per-epoch": TrainConfig(model="mlp", n_devices=2, worker_data="full", batch_size=32, sync_every="epoch"),
+    "uneven-shards": TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=25, epochs=2, eval_every=3),
     "async": TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=32, strategy="ps_async"),
 }
 
 
+def _transports(cfg: TrainConfig) -> tuple[str, ...]:
+    # All-reduce averages synchronously: an asynchronous strategy has no round to average in.
+    return TRANSPORTS if cfg.strategy == "ps_sync" else ("direct", "scheduler")
+
+
 @pytest.fixture(scope="module")
-def pairs(cluster: DeviceCluster, dataset: Dataset) -> dict[str, dict[str, TrainRun]]:
-    """Every config trained once per transport, on the same cluster."""
+def runs(cluster: DeviceCluster, dataset: Dataset) -> dict[str, dict[str, TrainRun]]:
+    """Every config trained once per transport it runs on, on the same cluster."""
+    # 251 digits in shards of 126 and 125, batches of 25: the last round of each epoch trains one device only.
+    uneven = dataset.limited(sample_limit=251)
     return {
-        name: {t: train(cluster, dataset, cfg, transport=t, log=lambda _: None) for t in TRANSPORTS}
+        name: {
+            t: train(cluster, uneven if name == "uneven-shards" else dataset, cfg, transport=t, log=lambda _: None)
+            for t in _transports(cfg)
+        }
         for name, cfg in CONFIGS.items()
     }
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_both_transports_give_the_same_run(pairs: dict[str, dict[str, TrainRun]], name: str) -> None:
-    direct, scheduled = pairs[name]["direct"], pairs[name]["scheduler"]
+@pytest.mark.parametrize(
+    ("name", "transport"), [(n, t) for n, cfg in CONFIGS.items() for t in _transports(cfg) if t != "direct"]
+)
+def test_every_transport_gives_the_direct_run(runs: dict[str, dict[str, TrainRun]], name: str, transport: str) -> None:
+    direct, scheduled = runs[name]["direct"], runs[name][transport]
 
-    assert direct.host["transport"] == "direct" and scheduled.host["transport"] == "scheduler"
+    assert direct.host["transport"] == "direct" and scheduled.host["transport"] == transport
     assert direct.weights_sha256 == scheduled.weights_sha256
     for got, want in zip(direct.weights, scheduled.weights, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -54,6 +68,15 @@ def test_both_transports_give_the_same_run(pairs: dict[str, dict[str, TrainRun]]
         direct.evaluations[["epoch", "rounds", "accuracy", "loss"]],
         scheduled.evaluations[["epoch", "rounds", "accuracy", "loss"]],
     )
+    pd.testing.assert_frame_equal(direct.progress, scheduled.progress)
+
+
+@pytest.mark.integration
+def test_uneven_shards_leave_a_device_out_of_the_last_round(runs: dict[str, dict[str, TrainRun]]) -> None:
+    # The case all-reduce must get right: a device without a batch still averages, and trains nothing
+    per_round = runs["uneven-shards"]["allreduce"].records.groupby("round")["device"].nunique()
+
+    assert per_round.min() == 1 and per_round.max() == 2
 
 
 @pytest.mark.integration
@@ -80,8 +103,10 @@ def test_an_unknown_transport_is_refused_before_any_cluster_work(dataset: Datase
     # A cluster that must not be touched: any use of it would fail on None
     idle = DeviceCluster(client=None, devices=["pi3b-0"], profile=None, emulated=True)  # type: ignore[arg-type]
 
-    with pytest.raises(ConfigError, match=r"transport='udp' is not allowed: one of direct, scheduler"):
+    with pytest.raises(ConfigError, match=r"transport='udp' is not allowed: one of direct, scheduler, allreduce"):
         train(idle, dataset, TrainConfig(model="mlp", n_devices=1), transport="udp")
+    with pytest.raises(ConfigError, match=r"transport='allreduce' is not allowed: a synchronous strategy"):
+        train(idle, dataset, TrainConfig(model="mlp", n_devices=1, strategy="ps_async"), transport="allreduce")
 
 
 def test_weights_set_and_read_as_keras_does() -> None:

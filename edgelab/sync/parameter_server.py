@@ -20,6 +20,11 @@ from edgelab.sync.base import DeviceUpdate, NDArrays, Strategy
 SYNC_EVERY = ("batch", "epoch")
 
 
+def momentum_step(mean: NDArrays, velocity: NDArrays | None, momentum: float) -> NDArrays:
+    """The new velocity ``momentum * velocity + mean`` (the first round: ``mean``)."""
+    return mean if velocity is None else apply_delta(mean, velocity, scale=momentum)
+
+
 class ParameterServerSync(Strategy):
     """Synchronous parameter-server averaging after every batch or every epoch.
 
@@ -49,22 +54,31 @@ class ParameterServerSync(Strategy):
         self.sync_every = sync_every
         self.server_learning_rate = server_learning_rate
         self.momentum = momentum
-        self._velocity: NDArrays | None = None
+        #: the server's momentum state (None until the first step)
+        self.velocity: NDArrays | None = None
 
     def aggregate(self, weights: NDArrays, updates: list[DeviceUpdate]) -> NDArrays | None:
         """Average the deltas (weighted by samples) and apply them to ``weights``."""
+        step = self.server_step(updates)
+        if step is None:
+            return None
+        return apply_delta(weights, step, scale=self.server_learning_rate)
+
+    def server_step(self, updates: list[DeviceUpdate]) -> NDArrays | None:
+        """What the server adds to the weights (times ``server_learning_rate``): the mean delta, through momentum.
+
+        None when no device trained on anything (the model does not move).
+        Element by element, so a slice of every update gives that slice of the
+        step (``edgelab.allreduce`` has each device compute one slice).
+        """
         usable = [u for u in updates if u.samples > 0]
-        # Do not move the model when no device trained on anything this round
         if not usable:
             return None
         mean = weighted_mean([u.delta for u in usable], [u.samples for u in usable])
         if self.momentum:
-            if self._velocity is None:
-                self._velocity = mean
-            else:
-                self._velocity = apply_delta(mean, self._velocity, scale=self.momentum)
-            mean = self._velocity
-        return apply_delta(weights, mean, scale=self.server_learning_rate)
+            self.velocity = momentum_step(mean, self.velocity, self.momentum)
+            return self.velocity
+        return mean
 
     def bytes_per_round(self, n_params: int, *, dtype_bytes: int = 4) -> tuple[int, int]:
         """A device pushes its delta and pulls the weights: params x 4 B each way."""
