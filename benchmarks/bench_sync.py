@@ -37,6 +37,7 @@ if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse  # noqa: E402
+import asyncio  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
@@ -51,6 +52,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from bench_training import host_info  # noqa: E402
+from distributed.protocol import to_serialize  # noqa: E402
 
 from edgelab.cluster import DeviceCluster, connect  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
@@ -136,6 +138,27 @@ def comm_round_trip_s(cluster: DeviceCluster, *, repeats: int = 200) -> float:
     return float(statistics.median(cluster.client.sync(pings)))
 
 
+def comm_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int = 50) -> float:
+    """Median seconds for ``nbytes`` to go to ``n`` workers at once and come back, on Dask's comms.
+
+    What Dask itself costs to move a round's bytes (a worker's ``echo``
+    handler: no task, no thread hop): the transport's own floor, beside the raw one.
+    """
+    addresses = sorted(cluster.client.scheduler_info(n_workers=-1)["workers"])[:n]
+    payload = to_serialize([np.zeros(nbytes // 4, np.float32)])  # in a list: the handler compares its reply
+
+    async def echoes() -> list[float]:
+        rpcs = [cluster.client.rpc(a) for a in addresses]
+        times = []
+        for _ in range(repeats + 5):
+            start = time.perf_counter()
+            await asyncio.gather(*(r.echo(data=payload) for r in rpcs))
+            times.append(time.perf_counter() - start)
+        return times[5:]
+
+    return float(statistics.median(cluster.client.sync(echoes)))
+
+
 # ---------------------------------------------------------------- rounds ----
 
 
@@ -189,6 +212,7 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
             cfg = TrainConfig(model="mlp", n_devices=n, batch_size=BATCH, worker_data="full")
             train(cluster, data.limited(sample_limit=4 * BATCH, test_limit=100), cfg, log=lambda _: None)
             raw_ms = 1e3 * raw_loopback_s(n * payload)
+            echo_ms = 1e3 * comm_echo_s(cluster, n, payload)
             for rep in range(repeats):
                 for transport in TRANSPORTS if rep % 2 == 0 else TRANSPORTS[::-1]:
                     cpu0, t0 = _cluster_cpu_s(), time.perf_counter()
@@ -201,8 +225,10 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                         run_wall_s=wall,
                         raw_loopback_ms=raw_ms,
                         floor_ms=out["rtt_ms"] + raw_ms,
+                        dask_echo_ms=echo_ms,
                     )
                     cell["overhead_over_floor"] = cell["overhead_ms"] / cell["floor_ms"]
+                    cell["overhead_over_echo"] = cell["overhead_ms"] / echo_ms
                     out["cells"].append(cell)
                     print(
                         f"[A] {n:2d} devices {transport:9s}: {cell['round_ms']:6.2f} ms/round, overhead "
@@ -243,36 +269,45 @@ def run_mwms(*, steps: int, samples: int) -> dict[str, Any]:
     return {"workers": workers, "steps_per_s": min(w["steps_per_s"] for w in workers)}
 
 
-def run_edgelab_sync(cluster: DeviceCluster, dataset: Dataset) -> dict[str, Any]:
+def run_edgelab_sync(cluster: DeviceCluster, dataset: Dataset, transport: str) -> dict[str, Any]:
     """Edgelab on two devices, a round per batch of 64 each: rounds per second of host wall."""
     cfg = TrainConfig(model="mlp", n_devices=2, batch_size=BATCH, worker_data="shard")
-    run = train(cluster, dataset, cfg, log=lambda _: None)
+    run = train(cluster, dataset, cfg, transport=transport, log=lambda _: None)
     rounds = int(run.records["round"].nunique())
     wall = run.host["train_wall_s"] - float(run.evaluations["eval_wall_s"].sum())
     return {"rounds": rounds, "wall_s": wall, "steps_per_s": rounds / wall}
 
 
+#: edgelab's sides against MultiWorkerMirroredStrategy: the parameter server, and the devices' own all-reduce
+MWMS_EDGELAB = ("direct", "allreduce")
+
+
 def bench_mwms(dataset: Dataset, *, repeats: int) -> dict[str, Any]:
-    """Part B: edgelab's synchronous rounds and MultiWorkerMirroredStrategy's steps, interleaved."""
+    """Part B: edgelab's synchronous rounds (each transport) and MultiWorkerMirroredStrategy's steps, interleaved."""
     steps = dataset.n_train // (2 * BATCH)
-    out: dict[str, Any] = {"edgelab": [], "mwms": [], "steps": steps}
+    sides = [*MWMS_EDGELAB, "mwms"]
+    out: dict[str, Any] = {side: [] for side in sides} | {"steps": steps}
     with connect(2, dashboard_address="127.0.0.1:0") as cluster:
-        run_edgelab_sync(cluster, dataset.limited(sample_limit=8 * BATCH, test_limit=100))  # warm
+        for transport in MWMS_EDGELAB:  # warm
+            run_edgelab_sync(cluster, dataset.limited(sample_limit=8 * BATCH, test_limit=100), transport)
         for rep in range(repeats):
-            for side in ("edgelab", "mwms") if rep % 2 == 0 else ("mwms", "edgelab"):
+            for side in sides if rep % 2 == 0 else sides[::-1]:
                 result = (
-                    run_edgelab_sync(cluster, dataset)
-                    if side == "edgelab"
-                    else run_mwms(steps=steps, samples=dataset.n_train)
+                    run_mwms(steps=steps, samples=dataset.n_train)
+                    if side == "mwms"
+                    else run_edgelab_sync(cluster, dataset, side)
                 )
                 out[side].append(result)
                 print(f"[B] repeat {rep + 1}/{repeats} {side}: {result['steps_per_s']:.1f} steps/s", flush=True)
-    out["edgelab_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out["edgelab"])
     out["mwms_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out["mwms"])
-    out["ratio"] = out["edgelab_steps_per_s"] / out["mwms_steps_per_s"]
-    out["paired_ratios"] = [
-        e["steps_per_s"] / m["steps_per_s"] for e, m in zip(out["edgelab"], out["mwms"], strict=True)
-    ]
+    for transport in MWMS_EDGELAB:
+        out[f"{transport}_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out[transport])
+        out[f"{transport}_ratio"] = out[f"{transport}_steps_per_s"] / out["mwms_steps_per_s"]
+        out[f"{transport}_paired_ratios"] = [
+            e["steps_per_s"] / m["steps_per_s"] for e, m in zip(out[transport], out["mwms"], strict=True)
+        ]
+    best = max(MWMS_EDGELAB, key=lambda t: out[f"{t}_ratio"])
+    out["best_transport"], out["ratio"] = best, out[f"{best}_ratio"]
     return out
 
 
@@ -343,6 +378,8 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
                 "overhead_ms",
                 "floor_ms",
                 "overhead_over_floor",
+                "dask_echo_ms",
+                "overhead_over_echo",
                 "rounds_per_s",
                 "host_cpu_ms_per_round",
                 "device_cpu_ms",
@@ -362,7 +399,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for transport, marker in zip(TRANSPORTS, "os", strict=False):
+    for transport, marker in zip(TRANSPORTS, "os^", strict=False):
         mine = [r for r in rows if r["transport"] == transport]
         n = [r["devices"] for r in mine]
         left.plot(n, [r["rounds_per_s"] for r in mine], marker=marker, label=transport)
@@ -370,6 +407,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
         if transport == "direct":
             right.plot(n, [r["device_cpu_ms"] for r in mine], ls="--", color="grey", label="devices' training steps")
             right.plot(n, [r["floor_ms"] for r in mine], ls=":", color="black", label="floor (wall ms)")
+            right.plot(n, [r["dask_echo_ms"] for r in mine], ls="-.", color="black", label="Dask echo (wall ms)")
     left.set(xlabel="devices", ylabel="rounds per second (host wall)", title="Synchronous rounds, LeNet-MLP batch 64")
     right.set(xlabel="devices", ylabel="ms per round", title="Host CPU per round")
     for ax in (left, right):
@@ -402,18 +440,21 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{results['config']['rounds']} rounds; {a['cores']} host cores)",
             "",
             f"Floor = one round trip on Dask's comms ({a['rtt_ms']:.3f} ms) + the raw loopback TCP transfer of "
-            "the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices.",
+            "the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices. Dask echo = the same "
+            "bytes sent to the round's workers at once and echoed back on Dask's comms (no task, no thread): "
+            "what the transport itself costs.",
             "",
             "| devices | transport | round ms | compute ms | overhead ms | floor ms | overhead / floor | target | "
-            "rounds/s | host CPU ms/round | MB/round |",
-            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+            "Dask echo ms | overhead / echo | rounds/s | host CPU ms/round | MB/round |",
+            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         ]
         for r in a["summary"]:
             target = "-" if r["target_met"] is None else ("yes" if r["target_met"] else "no")
             lines.append(
                 f"| {r['devices']} | {r['transport']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | "
                 f"{r['overhead_ms']:.2f} | {r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {target} | "
-                f"{r['rounds_per_s']:.1f} | {r['host_cpu_ms_per_round']:.1f} | {r['bytes_per_round'] / 1e6:.2f} |"
+                f"{r['dask_echo_ms']:.2f} | {r['overhead_over_echo']:.2f} | {r['rounds_per_s']:.1f} | "
+                f"{r['host_cpu_ms_per_round']:.1f} | {r['bytes_per_round'] / 1e6:.2f} |"
             )
         lines += [
             "",
@@ -426,17 +467,19 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"## B. Synchronous SGD, 2 workers x batch 64: edgelab vs MultiWorkerMirroredStrategy "
-            f"(median of {len(b['edgelab'])})",
+            f"(median of {len(b['mwms'])})",
             "",
-            "| | steps/s | ms/step |",
-            "|---|---:|---:|",
-            f"| edgelab (parameter server, direct rounds) | {b['edgelab_steps_per_s']:.1f} | "
-            f"{1e3 / b['edgelab_steps_per_s']:.2f} |",
+            "| | steps/s | ms/step | / MWMS |",
+            "|---|---:|---:|---:|",
+            f"| edgelab, parameter server (transport direct) | {b['direct_steps_per_s']:.1f} | "
+            f"{1e3 / b['direct_steps_per_s']:.2f} | {b['direct_ratio']:.2f} |",
+            f"| edgelab, devices' all-reduce (transport allreduce) | {b['allreduce_steps_per_s']:.1f} | "
+            f"{1e3 / b['allreduce_steps_per_s']:.2f} | {b['allreduce_ratio']:.2f} |",
             f"| MultiWorkerMirroredStrategy (ring all-reduce, 2 processes) | {b['mwms_steps_per_s']:.1f} | "
-            f"{1e3 / b['mwms_steps_per_s']:.2f} |",
+            f"{1e3 / b['mwms_steps_per_s']:.2f} | 1.00 |",
             "",
-            f"edgelab / MWMS = **{b['ratio']:.2f}** (target >= {PEER_TARGET:.1f}; paired: "
-            f"{', '.join(f'{x:.2f}' for x in b['paired_ratios'])}).",
+            f"edgelab ({b['best_transport']}) / MWMS = **{b['ratio']:.2f}** (target >= {PEER_TARGET:.1f}; paired: "
+            f"{', '.join(f'{x:.2f}' for x in b[b['best_transport'] + '_paired_ratios'])}).",
         ]
     if "fedavg" in results:
         c = results["fedavg"]
