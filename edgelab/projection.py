@@ -17,7 +17,10 @@ A run is read on one **clock**:
 
 Times are projected from the samples a run trained on to the paper's data
 size: a round's cost does not depend on how many rounds there are, so the
-projection multiplies by the ratio of samples (stated in every report).
+projection multiplies by the ratio of samples (stated in every report). A
+sampled run (``summary["sampled"]``: a repeat that trained the first rounds of
+its epoch only) is first projected to its whole epoch the same way, by the
+ratio of rounds; its accuracy is not the cell's (it stopped early) and reads NaN.
 """
 
 from __future__ import annotations
@@ -58,13 +61,21 @@ def elapsed(
     topology: Topology,
     device_model: DeviceModel | None = None,
 ) -> float:
-    """Elapsed training time of a run, as run (not projected), on ``clock``."""
+    """Elapsed training time of a run on ``clock``: as run, or for a sampled run its whole epoch."""
     records = run.tables["records"]
     if clock == "wall":
-        return float(records.groupby("round")["round_wall_s"].first().sum())
+        return float(records.groupby("round")["round_wall_s"].first().sum()) * sampled_scale(run)
     compute = _compute_s(run, clock, device_model)
     rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology, compute_s=compute)
-    return float(rounds["elapsed_s"].iloc[-1])
+    return float(rounds["elapsed_s"].iloc[-1]) * sampled_scale(run)
+
+
+def sampled_scale(run: StoredRun) -> float:
+    """Rounds of the run's whole epoch over the rounds it trained: 1 unless it was sampled."""
+    sampled = run.summary.get("sampled")
+    if not sampled:
+        return 1.0
+    return float(sampled["rounds_planned"]) / float(sampled["rounds_measured"])
 
 
 def _compute_s(run: StoredRun, clock: str, device_model: DeviceModel | None) -> Any:
@@ -127,6 +138,7 @@ def run_summary(
     scale = paper_train_size / n_train
     monitor = run.tables["monitor"]
     host = _host_use(monitor)
+    sampled = sampled_scale(run)
     if clock == "wall":
         elapsed_s = elapsed(run, profile, clock=clock, speed_factor=1.0, topology=topology)
         compute_share = float("nan")
@@ -136,23 +148,27 @@ def run_summary(
     else:
         compute = _compute_s(run, clock, device_model)
         rounds = timeline.compose(records, profile, speed_factor=speed_factor, topology=topology, compute_s=compute)
-        elapsed_s = float(rounds["elapsed_s"].iloc[-1])
-        compute_share = float(rounds["compute_max_s"].sum() / elapsed_s)
+        measured_s = float(rounds["elapsed_s"].iloc[-1])
+        compute_share = float(rounds["compute_max_s"].sum() / measured_s)
         per_device = timeline.emulated_cpu_percent(
-            records, elapsed_s, speed_factor=speed_factor, cores=profile.cores, compute_s=compute
+            records, measured_s, speed_factor=speed_factor, cores=profile.cores, compute_s=compute
         )
+        elapsed_s = measured_s * sampled
         cpu_pct = float(per_device.mean())
         wire = timeline.wire_bytes(records, topology)
-    sent_kb, received_kb = float(wire["sent"].mean() / 1e3), float(wire["received"].mean() / 1e3)
+    sent_kb = float(wire["sent"].mean() / 1e3) * sampled
+    received_kb = float(wire["received"].mean() / 1e3) * sampled
+    measured_rounds = int(records["round"].nunique())
     return {
         "model": cfg["model"],
         "devices": int(cfg["n_devices"]),
         "worker_data": cfg["worker_data"],
         "repeat": int(run.params.get("repeat", 0)),
         "clock": clock,
-        "accuracy": float(run.tables["evaluations"]["accuracy"].iloc[-1]),
-        "rounds": int(records["round"].nunique()),
-        "syncs_per_device": int(records.groupby("device").size().max()),
+        "accuracy": float(run.tables["evaluations"]["accuracy"].iloc[-1]) if sampled == 1.0 else float("nan"),
+        "rounds": round(measured_rounds * sampled),
+        "rounds_measured": measured_rounds,
+        "syncs_per_device": round(int(records.groupby("device").size().max()) * sampled),
         "elapsed_s": elapsed_s,
         "projected_s": elapsed_s * scale,
         "compute_share": compute_share,

@@ -32,6 +32,8 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"epochs": 2.5}, "epochs", "2.5"),
         ({"learning_rate": 0.05, "lr": 0.1}, "lr", "0.1"),
         ({"repeats": 0}, "repeats", "0"),
+        ({"repeat_steps": 0}, "repeat_steps", "0"),
+        ({"repeat_steps": 2.5}, "repeat_steps", "2.5"),
         ({"duplex": "simplex"}, "duplex", "'simplex'"),
         ({"ps_link": "ring"}, "ps_link", "'ring'"),
         ({"master_is_device": "yes"}, "master_is_device", "'yes'"),
@@ -78,6 +80,25 @@ def test_good_parameters_plan_every_run_without_a_cluster() -> None:
     # The whole sweep runs once before any repeat, so a drift of the host spreads into every cell's repeats
     order = [r for _, r in plan.runs]
     assert order == sorted(order) and order.count(0) == len(plan.configs)
+
+
+def test_repeats_of_long_cells_train_a_sample_of_rounds_and_count_as_their_cell() -> None:
+    # Execute: 384 samples; N=1 trains 6 batches, N=2's shards 3; repeats stop after 2
+    plan = lenet.prepare(models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=2)
+    by_epoch = lenet.prepare(
+        models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=2, sync_every="epoch"
+    )
+    whole = lenet.prepare(models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=6)
+
+    # Assert: first runs train everything; repeats are capped only where it shortens a per-batch run
+    assert {cfg.max_steps for cfg, r in plan.runs if r == 0} == {None}
+    assert {cfg.max_steps for cfg, r in plan.runs if r > 0} == {2}
+    assert {cfg.max_steps for cfg, _ in by_epoch.runs} == {None}
+    assert {cfg.max_steps for cfg, _ in whole.runs} == {None}
+    keys = {json.dumps(plan.run_params(run), sort_keys=True) for run in plan.runs}
+    assert len(keys) == len(plan.runs)
+    facts = lenet.deterministic_facts(plan)
+    assert facts["runs"].tolist() == [3, 3, 3, 3]
 
 
 def test_kills_apply_to_the_runs_that_have_the_device() -> None:

@@ -203,6 +203,28 @@ def test_run_summary_on_the_wall_clock_is_the_measured_round_time() -> None:
     assert pd.isna(row["speed_factor"])
 
 
+@pytest.mark.parametrize("clock", ["nominal", "wall"])
+def test_a_sampled_repeat_stands_for_its_whole_epoch_and_leaves_the_accuracy_to_the_full_run(clock: str) -> None:
+    # Prepare: the same 4 rounds, once as a whole run and once as a repeat that stopped after 4 of 10 rounds
+    whole = _run("mlp", 2, nbytes=10**6)
+    sampled = _run("mlp", 2, nbytes=10**6, repeat=1)
+    sampled.summary["sampled"] = {"rounds_measured": 4, "rounds_planned": 10}
+
+    # Execute
+    a, b = (
+        run_summary(r, PI3B, clock=clock, speed_factor=1.0, topology=Topology(), paper_train_size=60_000)
+        for r in (whole, sampled)
+    )
+
+    # Assert: time and traffic x 10/4, rates and shares as measured, the accuracy not the cell's
+    assert b["elapsed_s"] == pytest.approx(a["elapsed_s"] * 2.5)
+    assert b["projected_s"] == pytest.approx(a["projected_s"] * 2.5)
+    assert b["sent_kb_per_device"] == pytest.approx(a["sent_kb_per_device"] * 2.5)
+    assert b["sent_kb_s"] == pytest.approx(a["sent_kb_s"])
+    assert (b["rounds"], b["rounds_measured"], b["syncs_per_device"]) == (10, 4, 10)
+    assert a["accuracy"] == pytest.approx(0.9) and pd.isna(b["accuracy"])
+
+
 # ------------------------------------------------------------ summarize
 
 

@@ -10,13 +10,18 @@ The notebook ``notebooks/park2020_lenet.ipynb`` calls, in order:
 ``edgelab.figures.park2020.render_lenet`` (items and verdicts).
 
 The cells at the smallest and the largest device count run ``repeats`` times,
-so every item shows the run-to-run noise its verdict is weighed against.
+so every item shows the run-to-run noise its verdict is weighed against. A
+repeat trains at most ``repeat_steps`` batches per device and is projected to
+the whole epoch (``edgelab.projection``): with the same seed it would train the
+first run's weights bit for bit, so it has nothing to add but the spread of
+the measured CPU clocks, which a sample of rounds measures. The cell's
+accuracy and its device-model time (counted FLOPs and bytes) are the first run's.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +41,7 @@ from edgelab.projection import contention, fit_speed_factor, is_attached, link_m
 from edgelab.reference import load_reference
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
-from edgelab.train import TrainConfig, check, phase_counts, samples_per_device, train
+from edgelab.train import TrainConfig, check, phase_counts, samples_per_device, steps_per_device, train
 
 EXPERIMENT = "park2020_lenet"
 # Part of every results-store key: raise it when a change moves what the same
@@ -70,6 +75,8 @@ class LenetParams:
     device_counts: tuple[int, ...] = (1, 2, 3)
     worker_data: tuple[str, ...] = ("full", "shard")
     repeats: int = 3
+    # Batches per device of a repeat (the first run of a cell trains them all); None: every batch.
+    repeat_steps: int | None = 100
     epochs: int = 1
     batch_size: int = 64
     sample_limit: int | None = 1920
@@ -101,6 +108,10 @@ class LenetParams:
             raise ConfigError("device_counts", self.device_counts, "a non-empty list of integers >= 1")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise ConfigError("repeats", self.repeats, "an integer >= 1 (runs of the end cells, to measure noise)")
+        if self.repeat_steps is not None and (
+            not isinstance(self.repeat_steps, int) or isinstance(self.repeat_steps, bool) or self.repeat_steps < 1
+        ):
+            raise ConfigError("repeat_steps", self.repeat_steps, "None or an integer >= 1 (batches per device)")
         if not self.monitor_interval_s > 0:
             raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
         self.topology  # noqa: B018 - validates ps_link, duplex and master_is_device now
@@ -110,16 +121,20 @@ class LenetParams:
         """Where the parameter server sits and how its link carries traffic."""
         return Topology(self.ps_link, self.duplex, self.master_is_device)
 
-    def runs(self) -> list[tuple[TrainConfig, int]]:
+    def runs(self, n_train: int | None = None) -> list[tuple[TrainConfig, int]]:
         """Every run: one per (model, device count, worker data), the end device counts ``repeats`` times.
 
         The whole sweep runs once before any repeat, so a drift of the host over
         a session spreads into each cell's repeats instead of separating cells
         that ran at different times (N=1 full and shard are one computation).
+        Given ``n_train``, a repeat whose devices would train more than
+        ``repeat_steps`` batches trains that many (``TrainConfig.max_steps``),
+        when it synchronizes per batch: then every round costs the same, and the
+        rounds measured stand for the rest.
         """
         counts = sorted(self.device_counts)
         ends = {counts[0], counts[-1]}
-        return [
+        runs = [
             (
                 TrainConfig(
                     model=m,
@@ -138,6 +153,13 @@ class LenetParams:
             for r in range(self.repeats)
             for m, n, w in itertools.product(self.models, counts, self.worker_data)
             if r == 0 or n in ends
+        ]
+        if n_train is None or self.repeat_steps is None or self.sync_every != "batch":
+            return runs
+        steps = self.repeat_steps
+        return [
+            (replace(cfg, max_steps=steps) if r and max(steps_per_device(cfg, n_train)) > steps else cfg, r)
+            for cfg, r in runs
         ]
 
 
@@ -203,6 +225,13 @@ class Plan(harness.Plan):
         )
         summary = {
             "host": result.host,
+            # A sampled repeat: the rounds it trained and the rounds of the whole epoch it stands for.
+            "sampled": {
+                "rounds_measured": int(result.records["round"].nunique()),
+                "rounds_planned": max(steps_per_device(replace(cfg, max_steps=None), self.dataset.n_train)),
+            }
+            if cfg.max_steps
+            else None,
             "cluster": context["cluster"],
             "calibration": context["calibration"],
             "dataset": self.dataset.provenance(),
@@ -230,7 +259,7 @@ def prepare(**kwargs: Any) -> Plan:
         kwargs["kills"] = [dict(k) if isinstance(k, dict) else k for k in kwargs["kills"] or ()]
     params = harness.parse_params(LenetParams, kwargs, sequences=("models", "device_counts", "worker_data", "kills"))
     profile = with_memory(get_profile(params.device_profile), params.device_memory_mb)
-    runs = params.runs()  # validates model, worker_data ... through TrainConfig
+    params.runs()  # validates model, worker_data ... through TrainConfig, before the data loads
     dataset = load_dataset(
         params.dataset,
         data_dir=params.data_dir,
@@ -238,7 +267,7 @@ def prepare(**kwargs: Any) -> Plan:
         test_limit=params.test_limit,
         seed=params.seed,
     )
-    plan = Plan(params, dataset, profile, runs)
+    plan = Plan(params, dataset, profile, params.runs(dataset.n_train))
     for cfg in plan.configs:
         estimate = check(cfg, n_train=dataset.n_train, profile=profile)
         plan.memory_mb[f"{cfg.model}/N={cfg.n_devices}/{cfg.worker_data}"] = round(estimate["total"], 1)
@@ -385,7 +414,7 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
                 "model": cfg.model,
                 "devices": cfg.n_devices,
                 "worker_data": cfg.worker_data,
-                "runs": sum(1 for c, _ in plan.runs if c == cfg),
+                "runs": sum(1 for c, _ in plan.runs if replace(c, max_steps=None) == cfg),
                 "parameters": params,
                 "bytes_per_sync_each_way": params * 4,
                 "samples_per_device": max(per_device),
