@@ -20,7 +20,8 @@ size: a round's cost does not depend on how many rounds there are, so the
 projection multiplies by the ratio of samples (stated in every report). A
 sampled run (``summary["sampled"]``: a repeat that trained the first rounds of
 its epoch only) is first projected to its whole epoch the same way, by the
-ratio of rounds; its accuracy is not the cell's (it stopped early) and reads NaN.
+ratio of rounds; its accuracy and its host monitor's CPU and memory are not the
+cell's (it stopped early) and read NaN.
 """
 
 from __future__ import annotations
@@ -137,8 +138,9 @@ def run_summary(
     n_train = int(run.params["dataset"]["n_train"])
     scale = paper_train_size / n_train
     monitor = run.tables["monitor"]
-    host = _host_use(monitor)
     sampled = sampled_scale(run)
+    # A sampled run's monitor saw only its first rounds (at the full profile's 30 s interval, two samples).
+    host = _host_use(monitor if sampled == 1.0 else monitor.iloc[0:0])
     if clock == "wall":
         elapsed_s = elapsed(run, profile, clock=clock, speed_factor=1.0, topology=topology)
         compute_share = float("nan")

@@ -204,7 +204,7 @@ def test_run_summary_on_the_wall_clock_is_the_measured_round_time() -> None:
 
 
 @pytest.mark.parametrize("clock", ["nominal", "wall"])
-def test_a_sampled_repeat_stands_for_its_whole_epoch_and_leaves_the_accuracy_to_the_full_run(clock: str) -> None:
+def test_a_sampled_repeat_stands_for_its_epoch_and_leaves_accuracy_and_host_use_to_the_full_run(clock: str) -> None:
     # Prepare: the same 4 rounds, once as a whole run and once as a repeat that stopped after 4 of 10 rounds
     whole = _run("mlp", 2, nbytes=10**6)
     sampled = _run("mlp", 2, nbytes=10**6, repeat=1)
@@ -223,6 +223,7 @@ def test_a_sampled_repeat_stands_for_its_whole_epoch_and_leaves_the_accuracy_to_
     assert b["sent_kb_s"] == pytest.approx(a["sent_kb_s"])
     assert (b["rounds"], b["rounds_measured"], b["syncs_per_device"]) == (10, 4, 10)
     assert a["accuracy"] == pytest.approx(0.9) and pd.isna(b["accuracy"])
+    assert a["rss_mb_host"] == pytest.approx(700.0) and pd.isna(b["rss_mb_host"]) and pd.isna(b["cpu_pct_host"])
 
 
 # ------------------------------------------------------------ summarize
