@@ -18,24 +18,18 @@ import time
 
 PROCESS_START = time.perf_counter()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from fedavg_args import fedavg_parser  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> None:
     """Start the cluster, run the federated rounds, print the times as one JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--samples", type=int, default=19200)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = fedavg_parser(__doc__)
     parser.add_argument("--transport", default="direct")
-    parser.add_argument("--out", required=True, help="where the final weights go (.npz)")
     args = parser.parse_args(argv)
 
     import numpy as np

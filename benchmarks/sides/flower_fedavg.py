@@ -20,7 +20,6 @@ import time
 
 PROCESS_START = time.perf_counter()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -31,6 +30,9 @@ THREAD_CAP = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP
 # Ray's workers inherit this process's environment: the cap reaches every client process.
 os.environ.update(THREAD_CAP)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from fedavg_args import fedavg_parser  # noqa: E402
+
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
@@ -133,14 +135,7 @@ def _apps() -> tuple[Any, Any, list[float], list[float]]:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the federated rounds; print the times as one JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--samples", type=int, default=19200)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="where the final weights go (.npz)")
+    parser = fedavg_parser(__doc__)
     args = parser.parse_args(argv)
     os.environ["EDGELAB_FLOWER_BENCH"] = json.dumps(vars(args))
     from flwr.simulation import run_simulation
