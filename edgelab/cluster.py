@@ -19,6 +19,14 @@ wait forever, so device workers never pause (Dask still restarts one at 95 %).
 The device's own memory budget is enforced by ``edgelab.train``
 against the working set measured above the framework baseline.
 
+TensorFlow leaves its oneDNN kernels off on x86 CPUs without AVX-512's
+deep-learning extensions (this host's among them), yet on this host they
+halve the CPU time of a convolutional step at one thread: LeNet-CNN 41 -> 21
+ms, ResNet-32 at batch 32 555 -> 257 ms, deterministic run to run (the
+MLP's dense step is as fast either way). Device workers start with
+``TF_ENABLE_ONEDNN_OPTS=1`` unless the user's environment says otherwise, and
+the cluster records what its workers run (``DeviceCluster.info``).
+
 Device workers are forked by default (``START_METHODS``): one fork server
 imports TensorFlow and edgelab once, and every device worker, restarts
 included, is a copy of it. Spawned, ten workers each import TensorFlow on two
@@ -52,6 +60,8 @@ DEFAULT_WORKER_MEMORY_LIMIT = "2GiB"
 TIER = "edge"
 # Set by Dask's nanny before it spawns a worker; None makes the nanny leave it unset.
 MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+# TensorFlow's switch for its oneDNN kernels (see module docstring).
+ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
 _DEVICE_WORKER_CONFIG = {
     f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None,
     # A paused worker leaves its tasks waiting forever; the device budget is
@@ -125,6 +135,7 @@ def _worker_env(repo_cache: str) -> dict[str, str]:
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "CUDA_VISIBLE_DEVICES": "",
         "KERAS_BACKEND": "tensorflow",
+        ONEDNN: os.environ.get(ONEDNN, "1"),
         # import keras writes to ~/.keras otherwise
         "KERAS_HOME": repo_cache,
     }
@@ -285,6 +296,7 @@ def _start_local(
         "threads_per_worker": 1,
         "start_method": start_method,
         MALLOC_TRIM: trim,
+        ONEDNN: workers_environ(client, ONEDNN),
     }
     return DeviceCluster(client, device_names(profile, n_devices), profile, True, cluster, info)
 
@@ -300,10 +312,15 @@ def start_environ(name: str) -> str | None:
     return next((e[len(prefix) :].decode() for e in entries if e.startswith(prefix)), None)
 
 
+def workers_environ(client: Client, name: str) -> str | None:
+    """``name`` in the environment every worker started with: one value, or the distinct ones joined by commas."""
+    values = set(client.run(start_environ, name).values())
+    return next(iter(values)) if len(values) == 1 else ",".join(sorted(map(str, values)))
+
+
 def _warn_if_malloc_trimmed(client: Client) -> str | None:
     """The workers' ``MALLOC_TRIM_THRESHOLD_`` at start (None when unset); warn when it is set."""
-    values = set(client.run(start_environ, MALLOC_TRIM).values())
-    trim = next(iter(values)) if len(values) == 1 else ",".join(sorted(map(str, values)))
+    trim = workers_environ(client, MALLOC_TRIM)
     if trim is not None:
         warnings.warn(
             # Set by a remote nanny's config, or inherited from the environment a local cluster started in.
@@ -334,7 +351,7 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     # Real workers may not carry our resources; give each one that names it.
     client.run(_add_device_resource)
     client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
-    info = {"address": address, MALLOC_TRIM: _warn_if_malloc_trimmed(client)}
+    info = {"address": address, MALLOC_TRIM: _warn_if_malloc_trimmed(client), ONEDNN: workers_environ(client, ONEDNN)}
     return DeviceCluster(client, names, get_profile("native"), False, None, info)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ
+from edgelab.cluster import MALLOC_TRIM, ONEDNN, DeviceCluster, connect, start_environ
 from edgelab.data import Dataset
 from edgelab.errors import ClusterError, ConfigError
 from edgelab.models import ModelSpec, parameter_count
@@ -96,6 +96,18 @@ def test_workers_start_without_dask_malloc_trim(cluster: DeviceCluster) -> None:
     # Assert
     assert list(at_start.values()) == [None, None]
     assert cluster.info[MALLOC_TRIM] is None
+
+
+def test_workers_start_with_onednn_kernels_and_the_cluster_records_it(cluster: DeviceCluster) -> None:
+    # What the workers run is what the results record: the kernels round differently.
+    expected = os.environ.get(ONEDNN, "1")
+
+    # Execute
+    at_start = cluster.client.run(start_environ, ONEDNN)
+
+    # Assert
+    assert list(at_start.values()) == [expected, expected]
+    assert cluster.info[ONEDNN] == expected
 
 
 def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:

@@ -21,8 +21,9 @@ def _spec() -> dict[str, Any]:
     return data
 
 
-def test_spec_options_are_the_ones_connect_uses() -> None:
+def test_spec_options_are_the_ones_connect_uses(monkeypatch: pytest.MonkeyPatch) -> None:
     # Arrange
+    monkeypatch.delenv(cluster.ONEDNN, raising=False)
     options = _spec()["options"]
     env = cluster._worker_env("unused")
 
@@ -32,6 +33,17 @@ def test_spec_options_are_the_ones_connect_uses() -> None:
     assert options["memory_limit"] == cluster.DEFAULT_WORKER_MEMORY_LIMIT
     assert {k: env.get(k) for k in options["env"]} == options["env"]
     assert cluster.MALLOC_TRIM not in options["env"] and cluster.MALLOC_TRIM not in env
+
+
+def test_workers_run_onednn_kernels_unless_the_user_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Execute
+    monkeypatch.delenv(cluster.ONEDNN, raising=False)
+    default = cluster._worker_env("unused")[cluster.ONEDNN]
+    monkeypatch.setenv(cluster.ONEDNN, "0")
+    chosen = cluster._worker_env("unused")[cluster.ONEDNN]
+
+    # Assert
+    assert (default, chosen) == ("1", "0")
 
 
 def test_spec_names_a_known_device_profile() -> None:

@@ -42,7 +42,9 @@ from edgelab.train_config import steps_per_device
 EXPERIMENT = "park2020_async"
 # 2: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without
 #    fit()'s set-up: the same weights, less host CPU per step (what the labelled CPU clocks read).
-MEASUREMENT_REVISION = 2
+# 3: device workers run TensorFlow's oneDNN kernels (edgelab.cluster): the same math in another
+#    float rounding, about half the host CPU per convolutional step.
+MEASUREMENT_REVISION = 3
 PAPER_TRAIN_SIZE = {"mnist": 60_000, "cifar10": 50_000}
 DATASET_OF = {"cnn": "mnist", "mlp": "mnist"}  # every ResNet trains on CIFAR-10
 

@@ -50,7 +50,9 @@ EXPERIMENT = "park2020_lenet"
 # 3: each device's model is warmed on a real batch of the run's size before round 0.
 # 4: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without
 #    fit()'s set-up: the same weights, less host CPU per step (what the labelled CPU clocks read).
-MEASUREMENT_REVISION = 4
+# 5: device workers run TensorFlow's oneDNN kernels (edgelab.cluster): the same math in another
+#    float rounding, about half the host CPU per convolutional step.
+MEASUREMENT_REVISION = 5
 # The paper trains on all 60,000 MNIST training images per epoch.
 PAPER_TRAIN_SIZE = 60_000
 # LeNet takes 28x28 grey digits.

@@ -48,7 +48,9 @@ from edgelab.train import TrainConfig, check, train
 EXPERIMENT = "park2020_resnet"
 # 3: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without
 #    fit()'s set-up: the same weights, less host CPU per step (what the labelled CPU clocks read).
-MEASUREMENT_REVISION = 3
+# 4: device workers run TensorFlow's oneDNN kernels (edgelab.cluster): the same math in another
+#    float rounding, about half the host CPU per convolutional step.
+MEASUREMENT_REVISION = 4
 #: CIFAR-10's training set: the paper's epoch.
 PAPER_TRAIN_SIZE = 50_000
 #: The per-table alternative is fitted on this cell: fig5a, ResNet 32x32 on one device, one epoch.
