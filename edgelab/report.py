@@ -18,20 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgelab import verdict
+from edgelab import catalog, verdict
 from edgelab.errors import ConfigError
 from edgelab.paths import reports_dir
 from edgelab.results import atomic_write_text
 
 STATUSES = (*verdict.STATUSES, "not run")
 
-#: Every id of the park2020 catalog, so the manifest also says what is not run yet.
-PARK2020_IDS = (
-    [f"park2020/fig{i}" for i in ("1", "2", "3a", "3b")]
-    + [f"park2020/fig{n}{p}" for n in (4, 6, 7) for p in "abcd"]
-    + ["park2020/fig5a", "park2020/fig5b"]
-    + [f"park2020/table{i}" for i in range(1, 5)]
-)
+#: Every id of the park2020 catalog.
+PARK2020_IDS = [i for i in catalog.IDS if i.startswith("park2020/")]
 
 
 @dataclass
@@ -84,17 +79,32 @@ def item_path(item_id: str, ext: str, root: Path | None = None) -> Path:
     return (root or reports_dir()) / doc / f"{item}.{ext}"
 
 
+def placeholder(item_id: str) -> dict[str, Any]:
+    """The manifest entry of an id nothing has rendered: not run, and the work that will render it."""
+    return {
+        "id": item_id,
+        "files": [],
+        "status": "not run",
+        "why": catalog.not_yet(item_id),
+        "paper_values_shown": False,
+    }
+
+
 def update_manifest(items: list[ReportItem], *, root: Path | None = None, known_ids: list[str] | None = None) -> Path:
-    """Merge ``items`` into ``reports/manifest.json``; ids never rendered are listed as not run."""
+    """Merge ``items`` into ``reports/manifest.json``; every catalog id never rendered is listed as not run.
+
+    ``known_ids`` is kept for callers that name their document's ids; every
+    catalog id (``edgelab.catalog.IDS``) is listed whether named or not.
+    """
     root = root or reports_dir()
     path = root / "manifest.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"items": {}}
     entries: dict[str, Any] = manifest.setdefault("items", {})
-    for item_id in known_ids or []:
-        entries.setdefault(
-            item_id,
-            {"id": item_id, "files": [], "status": "not run", "why": "not built yet", "paper_values_shown": False},
-        )
+    for item_id in dict.fromkeys([*catalog.IDS, *(known_ids or [])]):
+        entry = entries.get(item_id)
+        # A placeholder written by an older version says less than today's; a notebook's own "not run" stays.
+        if entry is None or (entry["status"] == "not run" and not entry.get("files") and not entry.get("notebook")):
+            entries[item_id] = placeholder(item_id)
     for item in items:
         entry = asdict(item)
         entry["files"] = [str(Path(f).resolve().relative_to(root.resolve())) for f in item.files]

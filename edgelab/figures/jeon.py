@@ -14,6 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from edgelab import catalog
 from edgelab import verdict as policy
 from edgelab.experiments.jeon_pipeline import ENSEMBLE_PAIRS, Plan
 from edgelab.experiments.jeon_summary import JeonSummary
@@ -26,11 +27,7 @@ from edgelab.report import ReportItem
 from edgelab.verdict import Check, Noise, decide, noise_of
 
 #: Every id of the jeon catalog.
-JEON_IDS = (
-    [f"jeon/fig{i}" for i in range(1, 12)]
-    + ["jeon/table1"]
-    + [f"jeon/eq-{e}" for e in ("layer-split", "speedup", "augmentation", "pipeline-bound")]
-)
+JEON_IDS = [i for i in catalog.IDS if i.startswith("jeon/")]
 CLOCK = (
     "emulated Pi 4B device time (CPU time x speed factor, host contention divided out, + bytes / 1 Gbit/s), "
     "nothing fitted"
