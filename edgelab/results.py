@@ -134,6 +134,13 @@ class ResultsStore:
         return StoredRun(final.name, dict(params), dict(summary), dict(tables), arrays)
 
 
+def make_readable(path: str | os.PathLike[str]) -> None:
+    """Give a ``mkstemp`` file (private, 0600) the mode a plain ``open()`` would: results are for reading."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write a text file so that readers see the old or the new content, never a mix."""
     target = Path(path)
@@ -142,6 +149,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        make_readable(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

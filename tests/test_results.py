@@ -218,6 +218,22 @@ def test_atomic_write_text_writes_and_leaves_no_temp_files(tmp_path: Path) -> No
     assert _entries(target.parent) == ["manifest.txt"]
 
 
+def test_atomic_write_text_leaves_the_file_readable_as_open_would(tmp_path: Path) -> None:
+    # A report written atomically must not end up private to its writer (mkstemp's 0600).
+    import os
+
+    target = tmp_path / "index.html"
+    mask = os.umask(0o022)
+    try:
+        # Execute
+        atomic_write_text(target, "page\n")
+    finally:
+        os.umask(mask)
+
+    # Assert
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
 def test_atomic_write_text_failure_keeps_old_content(tmp_path: Path) -> None:
     # Prepare
     target = tmp_path / "manifest.txt"

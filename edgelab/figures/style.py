@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from edgelab.report import item_path
-from edgelab.results import atomic_write_text
+from edgelab.results import atomic_write_text, make_readable
 
 PAPER_STYLE = {"color": "black", "marker": "s", "linestyle": "--", "label": "paper"}
 
@@ -35,6 +35,7 @@ def save_figure(fig: Any, item_id: str, *, root: Path | None = None) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        make_readable(tmp)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
