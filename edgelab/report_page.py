@@ -1,0 +1,220 @@
+"""``reports/index.html``: every catalog id in order, each rendered beside the paper, with its status.
+
+The page is built from the manifests alone (``reports/manifest.json`` and,
+when a paper-sized run exists, ``reports/full-profile/manifest.json``) and the
+files they list, so it is as true as they are. Each id shows its figure or
+table (the tables carry the paper's values in their own rows), its status and
+why, the data it ran on, its clock, the scale it ran at — the paper-sized result
+where one exists, with a link to the smoke one — and the executed notebook. A
+summary at the top counts the ids by status. The page is static and
+self-contained: no script, nothing fetched from the network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from edgelab import catalog
+from edgelab.paths import reports_dir
+from edgelab.results import atomic_write_text
+
+FULL_PROFILE_DIR = "full-profile"
+#: How the page names each manifest status, in the summary's order.
+LABELS = {"reproduced": "reproduced", "differs": "differs", "not judged": "not judged", "not run": "not yet"}
+
+
+@dataclass
+class Shown:
+    """One id as the page shows it."""
+
+    id: str
+    status: str
+    why: str
+    scale: str  # "paper-sized" or "smoke"
+    prefix: str  # the folder of the shown files, relative to the page ("" or "full-profile/")
+    entry: dict[str, Any]
+    other: str = ""  # the other scale's main file, relative to the page, when both exist
+    failed: str = ""  # the error of its notebook's last run, when that run failed
+
+    @property
+    def images(self) -> list[str]:
+        """The figures, relative to the page."""
+        return [self.prefix + f for f in self.entry.get("files", []) if f.endswith(".png")]
+
+    @property
+    def tables(self) -> list[str]:
+        """The Markdown tables (values beside the paper, verdict), relative to the page."""
+        return [self.prefix + f for f in self.entry.get("files", []) if f.endswith(".md")]
+
+    @property
+    def notebook(self) -> str:
+        """The executed notebook, relative to the page."""
+        name = Path(self.entry.get("notebook") or "").name
+        return f"{self.prefix}notebooks/{name}" if name else ""
+
+    @property
+    def data(self) -> str:
+        """The data the item ran on, in a few words."""
+        source = self.entry.get("data_source") or {}
+        if not source:
+            return ""
+        parts = [str(source.get("name", "")), f"from {source['source']}" if source.get("source") else ""]
+        return " ".join(p for p in parts if p)
+
+
+def notebook_runs(root: Path) -> list[dict[str, Any]]:
+    """Each notebook's last outcome under each profile (``reproduce.json``, written by ``edgelab reproduce``)."""
+    rows = []
+    for scale, folder in (("smoke", root), ("paper-sized", root / FULL_PROFILE_DIR)):
+        path = folder / "reproduce.json"
+        if path.is_file():
+            for name, entry in sorted(json.loads(path.read_text()).items()):
+                rows.append({"notebook": name, "scale": scale, **entry})
+    return rows
+
+
+def _manifest(root: Path) -> dict[str, Any]:
+    path = root / "manifest.json"
+    return json.loads(path.read_text())["items"] if path.is_file() else {}
+
+
+def collect(root: Path) -> list[Shown]:
+    """Every catalog id as the page shows it, in catalog order."""
+    smoke, full = _manifest(root), _manifest(root / FULL_PROFILE_DIR)
+    shown = []
+    for item_id in catalog.IDS:
+        small, big = smoke.get(item_id), full.get(item_id)
+        if big and big.get("files"):
+            entry, scale, prefix = big, "paper-sized", f"{FULL_PROFILE_DIR}/"
+            other = _main_file(small, "") if small else ""
+        elif small and small.get("files"):
+            entry, scale, prefix, other = small, "smoke", "", ""
+        else:
+            entry = small or big or {"status": "not run", "why": catalog.not_yet(item_id), "files": []}
+            scale, prefix, other = "", "", ""
+        shown.append(Shown(item_id, entry["status"], entry.get("why", ""), scale, prefix, entry, other))
+    return shown
+
+
+def _main_file(entry: dict[str, Any], prefix: str) -> str:
+    files = entry.get("files") or []
+    for ext in (".png", ".md"):
+        for f in files:
+            if f.endswith(ext):
+                return prefix + f
+    return ""
+
+
+def _markdown(root: Path, relative: str) -> str:
+    from markdown_it import MarkdownIt
+
+    # No raw HTML from the files: the page shows their text, it does not run it.
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    return md.render((root / relative).read_text(encoding="utf-8"))
+
+
+_TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>edgelab — reproduction report</title>
+<link rel="icon" href="data:,">
+<style>
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #222; }
+h3 { margin-bottom: .3rem; }
+.item { border-top: 1px solid #ddd; padding: .6rem 0 1rem; }
+.status { font-size: .8rem; padding: .1rem .5rem; border-radius: .6rem; margin-left: .5rem; color: #fff; }
+.reproduced { background: #2a7d3b; } .differs { background: #b5561a; }
+.not-judged { background: #6b6b9a; } .not-yet { background: #888; }
+.why { color: #444; margin: .2rem 0; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem .8rem; font-size: .9rem; margin: .4rem 0; }
+dt { color: #666; } dd { margin: 0; }
+img { max-width: 100%; height: auto; display: block; margin: .5rem 0; }
+table { border-collapse: collapse; font-size: .85rem; margin: .5rem 0; }
+td, th { border: 1px solid #ccc; padding: .15rem .4rem; text-align: right; }
+.summary td, .summary th { text-align: left; }
+details { margin: .4rem 0; } summary { cursor: pointer; color: #245; }
+.rendered h1 { font-size: 1.05rem; }
+</style>
+</head>
+<body>
+<h1>edgelab — every figure and table of the four documents</h1>
+<p>Generated {{ generated }} from <code>manifest.json</code>{% if has_full %} and
+<code>full-profile/manifest.json</code>{% endif %}. Each id shows the paper-sized result where one exists,
+else the smoke run; the tables carry the paper's values in their own rows.</p>
+<table class="summary">
+<tr><th>status</th><th>ids</th></tr>
+{% for label, n in counts %}<tr><td>{{ label }}</td><td>{{ n }}</td></tr>
+{% endfor %}<tr><th>all</th><th>{{ total }}</th></tr>
+</table>
+{% if runs %}<h2>Notebooks</h2>
+<table class="summary">
+<tr><th>notebook</th><th>scale</th><th>last run</th><th>finished</th><th>seconds</th><th>why</th></tr>
+{% for r in runs %}<tr><td>{{ r.notebook }}</td><td>{{ r.scale }}</td><td>{{ r.status }}</td><td>{{ r.finished }}</td>
+<td>{{ r.seconds if r.seconds is defined else "" }}</td><td>{{ r.error or r.reason or "" }}</td></tr>
+{% endfor %}</table>
+<p>A notebook whose last run failed keeps the items of its earlier run, if any; they are marked below.</p>
+{% endif %}
+{% for doc, title, items in documents %}
+<h2 id="{{ doc }}">{{ title }}</h2>
+{% for it in items %}
+<section class="item" id="{{ it.id | replace('/', '-') }}">
+<h3>{{ it.id }}<span class="status {{ label_of(it.status) | replace(' ', '-') }}">{{ label_of(it.status) }}</span></h3>
+{% if it.why %}<p class="why">{{ it.why }}</p>{% endif %}
+{% if it.failed %}<p class="why"><strong>Its notebook's last run failed</strong> ({{ it.failed }}):
+what is shown is from an earlier run.</p>{% endif %}
+{% if it.scale %}<dl>
+<dt>scale</dt><dd>{{ it.scale }}{% if it.other %} (<a href="{{ it.other }}">smoke result</a>){% endif %}</dd>
+{% if it.data %}<dt>data</dt><dd>{{ it.data }}</dd>{% endif %}
+{% if it.entry.clock %}<dt>clock</dt><dd>{{ it.entry.clock }}</dd>{% endif %}
+{% if it.notebook %}<dt>notebook</dt><dd><a href="{{ it.notebook }}">{{ it.notebook }}</a></dd>{% endif %}
+</dl>{% endif %}
+{% for img in it.images %}<img src="{{ img }}" alt="{{ it.id }}">
+{% endfor %}
+{% for table in it.tables %}<details{% if not it.images %} open{% endif %}>
+<summary>values beside the paper, and the verdict ({{ table }})</summary>
+<div class="rendered">{{ rendered[table] | safe }}</div></details>
+{% endfor %}
+</section>
+{% endfor %}
+{% endfor %}
+</body>
+</html>
+"""
+
+
+def render(root: Path | None = None) -> Path:
+    """Write ``index.html`` into ``root`` (default: ``reports/``) from its manifests; return its path."""
+    import jinja2
+
+    root = root or reports_dir()
+    shown = collect(root)
+    runs = notebook_runs(root)
+    failed = {(r["scale"], r["notebook"]): r.get("error", "") for r in runs if r["status"] == "failed"}
+    for s in shown:
+        s.failed = failed.get((s.scale, Path(s.entry.get("notebook") or "").stem), "")
+    counts = Counter(LABELS.get(s.status, s.status) for s in shown)
+    rendered = {t: _markdown(root, t) for s in shown for t in s.tables if (root / t).is_file()}
+    for s in shown:  # a file the manifest lists but that is gone is not shown as if it were there
+        s.entry = {**s.entry, "files": [f for f in s.entry.get("files", []) if (root / (s.prefix + f)).is_file()]}
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    page = env.from_string(_TEMPLATE).render(
+        generated=datetime.now(UTC).isoformat(timespec="seconds"),
+        has_full=(root / FULL_PROFILE_DIR / "manifest.json").is_file(),
+        counts=[(label, counts[label]) for label in LABELS.values() if counts[label]],
+        total=len(shown),
+        documents=[
+            (doc, title, [s for s in shown if s.id.startswith(f"{doc}/")]) for doc, title in catalog.DOCUMENTS.items()
+        ],
+        rendered=rendered,
+        runs=runs,
+        label_of=lambda status: LABELS.get(status, status),
+    )
+    path = root / "index.html"
+    atomic_write_text(path, page)
+    return path

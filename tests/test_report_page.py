@@ -1,0 +1,151 @@
+"""reports/index.html: every catalog id, each with its status and files, and a page a real browser loads cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgelab import catalog, report_page
+from edgelab.paths import REPO_ROOT, cache_dir
+from edgelab.report import ReportItem, update_manifest
+
+
+def _item(root: Path, item_id: str, status: str = "reproduced", why: str = "", notebook: str = "") -> ReportItem:
+    doc, _, name = item_id.partition("/")
+    md = root / doc / f"{name}.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(f"# {item_id}\n\n| devices | 1 |\n|---|---|\n| paper (s) | 105 |\n| edgelab (s) | 104 |\n")
+    return ReportItem(
+        item_id,
+        [str(md)],
+        data_source={"name": "mnist", "source": "data_dir"},
+        clock="emulated device time",
+        paper_values_shown=True,
+        status=status,
+        why=why,
+        notebook=notebook,
+    )
+
+
+def test_every_id_is_listed_in_order_and_the_paper_sized_result_wins(tmp_path: Path) -> None:
+    # Prepare: table1 at both scales, table2 at smoke scale only
+    update_manifest([_item(tmp_path, "park2020/table1"), _item(tmp_path, "park2020/table2")], root=tmp_path)
+    full = tmp_path / "full-profile"
+    update_manifest([_item(full, "park2020/table1", "differs", "slope off")], root=full)
+
+    # Execute
+    shown = {s.id: s for s in report_page.collect(tmp_path)}
+
+    # Assert
+    assert list(shown) == list(catalog.IDS)
+    assert (shown["park2020/table1"].scale, shown["park2020/table1"].status) == ("paper-sized", "differs")
+    assert shown["park2020/table1"].tables == ["full-profile/park2020/table1.md"]
+    assert shown["park2020/table1"].other == "park2020/table1.md"
+    assert (shown["park2020/table2"].scale, shown["park2020/table2"].other) == ("smoke", "")
+    assert shown["zhang2018/eq1"].status == "not run"
+    assert shown["zhang2018/eq1"].why.startswith("not yet: the end/edge/cloud hierarchy")
+
+
+def test_the_page_counts_ids_by_status_and_escapes_what_it_shows(tmp_path: Path) -> None:
+    # Prepare: a reason that looks like markup must be shown, not run
+    update_manifest([_item(tmp_path, "park2020/table1", "differs", "<script>alert(1)</script> slope")], root=tmp_path)
+
+    # Execute
+    page = report_page.render(tmp_path).read_text()
+
+    # Assert
+    assert page.count('<section class="item"') == 88
+    assert "<tr><td>differs</td><td>1</td></tr>" in page
+    assert "<tr><td>not yet</td><td>87</td></tr>" in page
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; slope" in page
+    assert "<td>105</td>" in page  # the Markdown table, rendered
+
+
+def test_a_failed_notebook_is_shown_and_its_items_marked(tmp_path: Path) -> None:
+    # Prepare
+    item = _item(tmp_path, "park2020/fig3a", "reproduced", notebook="notebooks/park2020_async.ipynb")
+    update_manifest([item], root=tmp_path)
+    status = {"park2020_async": {"status": "failed", "error": "KilledWorker: boom", "finished": "now"}}
+    (tmp_path / "reproduce.json").write_text(json.dumps(status))
+
+    # Execute
+    page = report_page.render(tmp_path).read_text()
+
+    # Assert
+    assert "KilledWorker: boom" in page
+    section = page[page.index('id="park2020-fig3a"') :]
+    assert "last run failed" in section[: section.index("</section>")]
+
+
+def test_a_listed_file_that_is_gone_is_not_shown(tmp_path: Path) -> None:
+    # Prepare
+    update_manifest([_item(tmp_path, "park2020/table1")], root=tmp_path)
+    (tmp_path / "park2020" / "table1.md").unlink()
+
+    # Execute
+    page = report_page.render(tmp_path).read_text()
+
+    # Assert
+    assert "park2020/table1.md" not in page
+
+
+# ---------------------------------------------------------------- in a real browser
+
+
+def _chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser and driver:
+        return browser, driver
+    reason = "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs the browser test: it {reason}; .ci/run installs them")
+    pytest.skip(reason)
+
+
+def _browser(browser: str, driver: str) -> Any:
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+
+
+@pytest.mark.integration
+def test_the_committed_report_loads_in_chromium_with_no_console_error_and_every_image(tmp_path: Path) -> None:
+    browser, driver = _chromium()
+    # Prepare: the committed reports, their page drawn afresh
+    root = tmp_path / "reports"
+    shutil.copytree(REPO_ROOT / "reports", root)
+    page = report_page.render(root)
+    screenshot = cache_dir() / "test-artifacts" / "index.png"
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+
+    # Execute
+    chrome = _browser(browser, driver)
+    try:
+        chrome.get(page.as_uri())
+        images = chrome.execute_script(
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0]);"
+        )
+        sections = chrome.execute_script("return document.querySelectorAll('section.item').length;")
+        title = chrome.title
+        console = [e for e in chrome.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+        chrome.save_screenshot(str(screenshot))
+    finally:
+        chrome.quit()
+
+    # Assert
+    assert title.startswith("edgelab")
+    assert sections == 88
+    assert images and [src for src, ok in images if not ok] == []
+    assert console == []
+    assert screenshot.stat().st_size > 10_000
