@@ -1,4 +1,4 @@
-"""Command line: ``edgelab reproduce`` runs every notebook through papermill.
+"""Command line: ``edgelab reproduce`` runs every notebook through papermill, ``edgelab report`` draws the page.
 
 ``--profile smoke`` runs each notebook with the parameters it carries (sizes
 that finish in minutes on a laptop); ``--profile full`` injects the paper's
@@ -6,19 +6,36 @@ sizes. Smoke results go to ``reports/`` and full ones to
 ``reports/full-profile/``, so a paper-sized run never overwrites the smoke
 reproduction (or the other way round): each notebook writes its figures, tables
 and manifest entries there, and the executed notebooks go to its ``notebooks/``.
+
+The console shows progress only: a bar over the notebooks and one over the runs
+inside the current notebook (``edgelab.progress``), and a line per notebook.
+Everything the kernel, TensorFlow and Dask print goes to ``reproduce.log``
+beside the reports. A notebook that ran to the end with the same inputs (its
+source, its parameters, the edgelab code, the data directory) is not run again:
+an interrupted command, run again, goes on where it stopped (``--force`` runs
+everything). At the end ``index.html`` shows every catalog id.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from edgelab import catalog, progress, report_page
+from edgelab.errors import ConfigError
 from edgelab.paths import REPO_ROOT, reports_dir
+from edgelab.report import update_manifest
+from edgelab.results import atomic_write_text
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
@@ -26,9 +43,15 @@ FULL_PROFILE_DIR = "full-profile"
 
 
 def _experiment(notebook: Path) -> Any:
+    """The experiment module behind a notebook (same name), or None for a notebook that has none."""
     import importlib
 
-    return importlib.import_module(f"edgelab.experiments.{notebook.stem}")
+    try:
+        return importlib.import_module(f"edgelab.experiments.{notebook.stem}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"edgelab.experiments.{notebook.stem}":
+            raise  # the module exists but one of its imports is missing: say so
+        return None
 
 
 def full_parameters(notebook: Path) -> dict[str, Any]:
@@ -38,7 +61,7 @@ def full_parameters(notebook: Path) -> dict[str, Any]:
 
 def missing_data(notebook: Path) -> str | None:
     """Why a notebook cannot run here (data no source supplies), or None: its module's ``missing_data``."""
-    check = getattr(_experiment(notebook), "missing_data", None)
+    check = getattr(_experiment(notebook), "missing_data", None)  # getattr(None, ...) is None too
     return check() if check is not None else None
 
 
@@ -58,42 +81,200 @@ def notebook_parameters(profile: str, notebook: Path, reports: Path) -> dict[str
     return {**full_parameters(notebook), "reports_dir": str(reports)}
 
 
-def reproduce(profile: str, notebooks: Sequence[Path], *, reports: Path) -> int:
-    """Execute notebooks with papermill into ``reports``; return the number that failed."""
+#: The catalog ids each notebook renders.
+NOTEBOOK_IDS = {
+    "park2020_lenet": ["park2020/table1", "park2020/table2", *(f"park2020/fig4{p}" for p in "abcd")],
+    "park2020_resnet": [
+        "park2020/fig1",
+        "park2020/fig2",
+        "park2020/fig5a",
+        "park2020/fig5b",
+        *(f"park2020/fig{n}{p}" for n in (6, 7) for p in "abcd"),
+        "park2020/table3",
+        "park2020/table4",
+    ],
+    "park2020_async": ["park2020/fig3a", "park2020/fig3b"],
+    "jeon_pipeline": [i for i in catalog.IDS if i.startswith("jeon/")],
+}
+LOG_NAME = "reproduce.log"
+STATUS_NAME = "reproduce.json"
+
+
+def notebooks_for(only: Sequence[str], notebooks: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The notebooks rendering the documents or ids in ``only``, and the chosen ids no notebook renders yet."""
+    ids = catalog.select(list(only))
+    chosen = [nb for nb in notebooks if set(NOTEBOOK_IDS.get(nb.stem, ())) & set(ids)]
+    rendered = {i for nb in notebooks for i in NOTEBOOK_IDS.get(nb.stem, ())}
+    return chosen, [i for i in ids if i not in rendered]
+
+
+def inputs_digest(profile: str, notebook: Path, params: dict[str, Any]) -> str:
+    """What a notebook's run depends on: its source, parameters, the edgelab code and the data directory."""
+    h = hashlib.sha256()
+    h.update(
+        json.dumps(
+            {"profile": profile, "params": params, "data": os.environ.get("EDGELAB_DATA_DIR")},
+            sort_keys=True,
+            default=str,
+        ).encode()
+    )
+    h.update(notebook.read_bytes())
+    package = Path(__file__).resolve().parent
+    for source in sorted(package.rglob("*.py")):
+        h.update(str(source.relative_to(package)).encode())
+        h.update(source.read_bytes())
+    return h.hexdigest()
+
+
+class Status:
+    """``reproduce.json`` beside the reports: each notebook's last outcome (done, failed, skipped), kept atomically."""
+
+    def __init__(self, reports: Path) -> None:
+        self.path = reports / STATUS_NAME
+        self.entries: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def up_to_date(self, notebook: Path, digest: str, target: Path) -> bool:
+        """Whether ``notebook`` last ran to the end with inputs ``digest`` and its executed copy is still there."""
+        entry = self.entries.get(notebook.stem, {})
+        return entry.get("status") == "done" and entry.get("inputs") == digest and target.is_file()
+
+    def record(self, notebook: Path, status: str, **fields: Any) -> None:
+        """Keep a notebook's outcome, written at once (an interrupted command keeps what finished)."""
+        self.entries[notebook.stem] = {
+            "status": status,
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+            **fields,
+        }
+        atomic_write_text(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[TextIO]:
+    """Send this process's and its children's stdout and stderr to ``log``; yield a stream to the console."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        f.write(f"\n==== edgelab reproduce, {datetime.now(UTC).isoformat(timespec='seconds')}\n".encode())
+        f.flush()
+        for fd in (1, 2):
+            os.dup2(f.fileno(), fd)
+    console = os.fdopen(os.dup(saved[2]), "w", buffering=1)
+    try:
+        yield console
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        console.close()
+
+
+def reproduce(
+    profile: str,
+    notebooks: Sequence[Path],
+    *,
+    reports: Path,
+    force: bool = False,
+    quiet: bool = True,
+) -> int:
+    """Execute notebooks with papermill into ``reports``; return the number that failed.
+
+    ``quiet`` sends everything but the progress to ``reports/reproduce.log``;
+    ``force`` runs notebooks that are up to date too.
+    """
     import papermill
+    from tqdm import tqdm
 
     out_dir = reports / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
+    status = Status(reports)
+    log = reports / LOG_NAME
     failures = 0
-    for nb in notebooks:
-        reason = missing_data(nb)
-        if reason:
-            # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
-            print(f"edgelab: skipping {nb.name}: {reason}", flush=True)
-            continue
-        params = notebook_parameters(profile, nb, reports)
-        target = out_dir / nb.name
-        start = time.perf_counter()
-        print(f"edgelab: running {nb.relative_to(REPO_ROOT)} ({profile}) -> {target}", flush=True)
-        try:
-            papermill.execute_notebook(str(nb), str(target), parameters=params, cwd=str(nb.parent), progress_bar=False)
-        except Exception as exc:  # report and go on with the other notebooks
-            failures += 1
-            print(f"edgelab: {nb.name} failed: {exc}", file=sys.stderr)
-            continue
-        print(f"edgelab: {nb.name} done in {time.perf_counter() - start:.0f} s", flush=True)
+    with contextlib.ExitStack() as stack:
+        console: TextIO = stack.enter_context(_output_to(log)) if quiet else sys.stdout
+        if quiet:
+            print(f"edgelab: library output goes to {log}", file=console, flush=True)
+        # Bars on a terminal; a log or a pipe gets only the lines.
+        bar = stack.enter_context(tqdm(total=len(notebooks), unit="notebook", file=console, disable=None, position=0))
+        runs = stack.enter_context(tqdm(total=0, unit="run", file=console, disable=None, position=1, leave=False))
+
+        def say(line: str) -> None:
+            tqdm.write(line, file=console)
+
+        def on_runs(done: int, total: int, label: str) -> None:
+            if done == 0:
+                runs.reset(total=total)
+            else:
+                runs.update(done - runs.n)
+                runs.set_postfix_str(label[:60], refresh=True)
+
+        for nb in notebooks:
+            bar.set_description(nb.stem)
+            reason = missing_data(nb)
+            if reason:
+                # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
+                say(f"edgelab: skipping {nb.name}: {reason}")
+                status.record(nb, "skipped", reason=reason)
+                bar.update()
+                continue
+            params = notebook_parameters(profile, nb, reports)
+            target = out_dir / nb.name
+            digest = inputs_digest(profile, nb, params)
+            if not force and status.up_to_date(nb, digest, target):
+                say(f"edgelab: {nb.name} is up to date (same notebook, parameters, code and data); --force runs it")
+                bar.update()
+                continue
+            start = time.perf_counter()
+            name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
+            say(f"edgelab: running {name} ({profile}) -> {target}")
+            runs.reset(total=0)
+            progress_path = reports / f".{nb.stem}.progress"
+            os.environ[progress.ENV] = str(progress_path)
+            try:
+                with progress.Follower(progress_path, on_runs):
+                    papermill.execute_notebook(
+                        str(nb), str(target), parameters=params, cwd=str(nb.parent), progress_bar=False
+                    )
+            except Exception as exc:  # report and go on with the other notebooks
+                failures += 1
+                error = _one_line(exc)
+                seconds = time.perf_counter() - start
+                say(f"edgelab: {nb.name} FAILED after {seconds:.0f} s: {error} (details: {log}, {target})")
+                status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=profile)
+                continue
+            finally:
+                os.environ.pop(progress.ENV, None)
+                progress_path.unlink(missing_ok=True)
+                bar.update()
+            seconds = time.perf_counter() - start
+            say(f"edgelab: {nb.name} done in {seconds:.0f} s")
+            status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
     return failures
 
 
-def _print_manifest(root: Path) -> None:
-    path = root / "manifest.json"
-    if not path.is_file():
-        return
-    items = json.loads(path.read_text())["items"]
-    print(f"\n{path}:")
-    for item_id, entry in items.items():
-        why = f" — {entry['why']}" if entry.get("why") else ""
-        print(f"  {item_id:18} {entry['status']:10}{why}")
+def _one_line(exc: BaseException) -> str:
+    """A failed notebook's error in one line: papermill's exception name and value when it has them."""
+    name, value = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    text = f"{name}: {value}" if name else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]
+
+
+def write_report(root: Path) -> Path:
+    """List every catalog id in the manifests and draw ``index.html`` from them."""
+    for manifest_root in (root, root / FULL_PROFILE_DIR):
+        if (manifest_root / "manifest.json").is_file() or manifest_root == root:
+            update_manifest([], root=manifest_root)
+    return report_page.render(root)
+
+
+def _print_summary(root: Path, page: Path) -> None:
+    shown = report_page.collect(root)
+    counts = Counter(report_page.LABELS.get(s.status, s.status) for s in shown)
+    line = ", ".join(f"{n} {label}" for label, n in counts.most_common())
+    print(f"\n{page}: {len(shown)} ids: {line}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +286,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add_argument(
         "--notebook", action="append", default=None, help="run only this notebook (name or path); may repeat"
     )
+    rep.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        help="run only the notebooks rendering these documents or ids (e.g. park2020, jeon/fig7); may repeat",
+    )
+    rep.add_argument("--force", action="store_true", help="run notebooks that are up to date too")
+    rep.add_argument("--verbose", action="store_true", help="print library output instead of logging it")
+    sub.add_parser("report", help="draw reports/index.html from the manifests, running nothing")
     args = parser.parse_args(argv)
+
+    root = reports_dir()
+    if args.command == "report":
+        page = write_report(root)
+        _print_summary(root, page)
+        return 0
 
     notebooks = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
     if args.notebook:
@@ -114,9 +310,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"--notebook {sorted(unknown)[0]!r} is not one of {[nb.stem for nb in notebooks]}")
         notebooks = [nb for nb in notebooks if nb.stem in wanted]
-    reports = profile_reports_dir(args.profile, reports_dir())
-    failures = reproduce(args.profile, notebooks, reports=reports)
-    _print_manifest(reports)
+    if args.only:
+        try:
+            notebooks, unrendered = notebooks_for(args.only, notebooks)
+        except ConfigError as exc:
+            parser.error(f"--only: {exc}")
+        for item_id in unrendered:
+            print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
+    reports = profile_reports_dir(args.profile, root)
+    failures = reproduce(args.profile, notebooks, reports=reports, force=args.force, quiet=not args.verbose)
+    page = write_report(root)
+    _print_summary(root, page)
     return 1 if failures else 0
 
 

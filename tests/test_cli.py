@@ -48,9 +48,160 @@ def test_a_notebook_whose_data_no_source_supplies_is_skipped_saying_why(
     monkeypatch.setenv("EDGELAB_OFFLINE", "1")
     notebook = cli.NOTEBOOKS_DIR / "jeon_pipeline.ipynb"
     # Execute
-    failures = cli.reproduce("smoke", [notebook], reports=tmp_path / "reports")
+    failures = cli.reproduce("smoke", [notebook], reports=tmp_path / "reports", quiet=False)
     # Assert: nothing ran, nothing failed, and the reason names the dataset
     out = capsys.readouterr().out
     assert failures == 0
     assert "skipping jeon_pipeline.ipynb" in out and "PlantVillage" in out
     assert not (tmp_path / "reports" / "notebooks" / "jeon_pipeline.ipynb").exists()
+
+
+# ---------------------------------------------------------------- --only, resume, quiet log
+
+
+def test_only_picks_the_notebooks_rendering_the_named_documents_and_ids() -> None:
+    notebooks = sorted(cli.NOTEBOOKS_DIR.glob("*.ipynb"))
+
+    # Execute
+    chosen, unrendered = cli.notebooks_for(["park2020/fig3a", "jeon", "zhang2018/table1"], notebooks)
+
+    # Assert
+    assert [nb.stem for nb in chosen] == ["jeon_pipeline", "park2020_async"]
+    assert unrendered == ["zhang2018/table1"]
+
+
+def test_only_with_an_unknown_name_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # Execute / Assert
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--only", "park2021"])
+    err = capsys.readouterr().err
+    assert "only='park2021'" in err and "park2020, zhang2018, qiao, jeon" in err
+
+
+def test_unknown_profile_is_refused_naming_the_allowed_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--profile", "huge"])
+    err = capsys.readouterr().err
+    assert "'huge'" in err and "smoke" in err and "full" in err
+
+
+def test_notebook_ids_are_catalog_ids_and_each_rendered_once() -> None:
+    from edgelab import catalog
+
+    ids = [i for nb_ids in cli.NOTEBOOK_IDS.values() for i in nb_ids]
+    assert len(ids) == len(set(ids))
+    assert set(ids) <= set(catalog.IDS)
+    assert set(cli.NOTEBOOK_IDS) == {nb.stem for nb in cli.NOTEBOOKS_DIR.glob("*.ipynb")}
+
+
+def test_the_committed_manifest_says_which_notebook_rendered_each_id() -> None:
+    import json
+
+    items = json.loads((cli.REPO_ROOT / "reports" / "manifest.json").read_text())["items"]
+    for stem, ids in cli.NOTEBOOK_IDS.items():
+        for item_id in ids:
+            assert items[item_id].get("notebook") == f"notebooks/{stem}.ipynb", item_id
+
+
+def test_inputs_digest_changes_with_the_parameters_and_the_data_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Execute
+    monkeypatch.setenv("EDGELAB_DATA_DIR", "/a")
+    base = cli.inputs_digest("smoke", NOTEBOOK, {})
+    same = cli.inputs_digest("smoke", NOTEBOOK, {})
+    other_params = cli.inputs_digest("smoke", NOTEBOOK, {"repeats": 1})
+    other_profile = cli.inputs_digest("full", NOTEBOOK, {})
+    monkeypatch.setenv("EDGELAB_DATA_DIR", "/b")
+    other_data = cli.inputs_digest("smoke", NOTEBOOK, {})
+
+    # Assert
+    assert base == same
+    assert len({base, other_params, other_profile, other_data}) == 4
+
+
+def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_with_the_same_inputs(tmp_path: Path) -> None:
+    # Prepare
+    target = tmp_path / "notebooks" / NOTEBOOK.name
+    target.parent.mkdir()
+    target.write_text("{}")
+    status = cli.Status(tmp_path)
+
+    # Execute
+    status.record(NOTEBOOK, "failed", error="boom")
+    after_failure = cli.Status(tmp_path).up_to_date(NOTEBOOK, "d1", target)
+    status.record(NOTEBOOK, "done", inputs="d1")
+    reread = cli.Status(tmp_path)
+
+    # Assert
+    assert after_failure is False
+    assert reread.up_to_date(NOTEBOOK, "d1", target) is True
+    assert reread.up_to_date(NOTEBOOK, "d2", target) is False
+    target.unlink()
+    assert reread.up_to_date(NOTEBOOK, "d1", target) is False
+
+
+def test_library_output_of_children_goes_to_the_log_not_the_console(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "reproduce.log"
+
+    # Execute: a child process writes to its stdout and stderr, as a kernel or a worker would
+    with cli._output_to(log) as console:
+        subprocess.run([sys.executable, "-c", "import sys; print('child out'); print('child err', file=sys.stderr)"])
+        os.write(2, b"library noise\n")  # what a library writing to file descriptor 2 does
+        console_fd = console.fileno()
+        assert console_fd not in (1, 2)
+
+    # Assert
+    text = log.read_text()
+    assert "child out" in text and "child err" in text and "library noise" in text
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.notebook
+def test_reproduce_logs_library_output_reports_progress_resumes_and_survives_a_failure(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Prepare: one notebook that reports runs and prints library-like noise, one that fails
+    good = _notebook(
+        tmp_path / "tiny_runs.ipynb",
+        "import os\nos.write(2, b'I0000 library start-up noise\\n')",
+        "from edgelab import progress\nfor done in range(3):\n    progress.report(done, 2, f'run {done}')",
+    )
+    bad = _notebook(tmp_path / "tiny_fails.ipynb", "raise RuntimeError('the device caught fire')")
+    reports = tmp_path / "reports"
+
+    # Execute: all, then again (as after an interruption)
+    first = cli.reproduce("smoke", [good, bad], reports=reports)
+    console_first = capfd.readouterr()
+    executed = reports / "notebooks" / good.name
+    stamp = executed.stat().st_mtime_ns
+    second = cli.reproduce("smoke", [good, bad], reports=reports)
+    console_second = capfd.readouterr()
+
+    # Assert: the failure is counted and named, and the other notebook still ran
+    assert (first, second) == (1, 1)
+    assert "tiny_fails.ipynb FAILED" in console_first.err and "the device caught fire" in console_first.err
+    assert "tiny_runs.ipynb done" in console_first.err
+    # Library output went to the log, not the console; no traceback on the console
+    assert "library start-up noise" not in console_first.out + console_first.err
+    assert "library start-up noise" in (reports / cli.LOG_NAME).read_text()
+    assert "Traceback" not in console_first.out + console_first.err
+    # The finished notebook is not run again; the failed one is
+    assert "tiny_runs.ipynb is up to date" in console_second.err
+    assert executed.stat().st_mtime_ns == stamp
+    assert "tiny_fails.ipynb FAILED" in console_second.err
+    status = cli.Status(reports).entries
+    assert status["tiny_runs"]["status"] == "done" and status["tiny_fails"]["status"] == "failed"
+    assert "RuntimeError: the device caught fire" in status["tiny_fails"]["error"]
+    assert not list(reports.glob(".*.progress"))

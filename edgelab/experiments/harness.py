@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from edgelab import progress as progress_file
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.devices import DeviceProfile, calibrate
 from edgelab.errors import ConfigError
@@ -173,8 +174,10 @@ def run(
         try:
             # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
             context = {**plan.setup(cluster), "store": store}
+            progress_file.report(0, len(todo))
             for done, item in enumerate(todo, start=1):
                 store.put(plan.run_params(item), *plan.execute(cluster, item, context))
+                progress_file.report(done, len(todo), item)
                 if progress is not None:
                     progress(done, len(todo), item)
         finally:
