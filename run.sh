@@ -6,6 +6,7 @@ usage() {
     cat <<'EOF'
 Usage: ./run.sh reproduce [args...]   run `edgelab reproduce --profile smoke [args...]`
        ./run.sh test [pytest args...]  run the test suite
+       ./run.sh lab [jupyter args...]  open JupyterLab on notebooks/ (loopback only), Dask dashboard panels included
        ./run.sh -h | --help            show this help
 
 Environment:
@@ -82,6 +83,15 @@ case "$cmd" in
         ensure_venv
         export_defaults
         exec "$VENV/bin/python" -m edgelab.cli reproduce --profile smoke "$@"
+        ;;
+    lab)
+        ensure_venv
+        export_defaults
+        # The project's kernel is this venv's; the server listens on loopback only.
+        lab_args=(--notebook-dir="$ROOT/notebooks" --ServerApp.ip=127.0.0.1)
+        # Jupyter refuses root unless told; a container or a fresh board often runs as root.
+        [[ "$(id -u)" -eq 0 ]] && lab_args+=(--allow-root)
+        exec "$VENV/bin/jupyter" lab "${lab_args[@]}" "$@"
         ;;
     test)
         ensure_venv
