@@ -86,14 +86,10 @@ IDS: tuple[str, ...] = tuple(f"{doc}/{item}" for doc in DOCUMENTS for item in _I
 _HIERARCHY = "the end/edge/cloud hierarchy (Zhang 2018's tiers, schemes, privacy module and fault tolerance)"
 _MODEL_PARALLEL = "model-parallel training and on-device model design (GPipe, 1F1B, DeepThings, DDNN, compression)"
 _STRATEGIES = "the survey's synchronization strategies (all-reduce, gossip, FedAvg, compressors, stragglers)"
-_REPORT = "the report's qualitative survey items"
 PLANNED: dict[str, str] = {
     **{f"zhang2018/{item}": _HIERARCHY for item in _IDS["zhang2018"]},
     "qiao/fig1-1": _HIERARCHY,
-    "qiao/fig2-1": _HIERARCHY,
-    "qiao/table2-1": _HIERARCHY,
     "qiao/method-placement": _HIERARCHY,
-    "qiao/table-abbrev": _REPORT,
     **{
         f"qiao/{item}": _MODEL_PARALLEL
         for item in (

@@ -55,8 +55,8 @@ def _experiment(notebook: Path) -> Any:
 
 
 def full_parameters(notebook: Path) -> dict[str, Any]:
-    """Paper-sized parameters of a notebook (its experiment module's ``FULL_PROFILE``)."""
-    return dict(_experiment(notebook).FULL_PROFILE)
+    """Paper-sized parameters of a notebook (its experiment module's ``FULL_PROFILE``; none without one)."""
+    return dict(getattr(_experiment(notebook), "FULL_PROFILE", {}))
 
 
 def missing_data(notebook: Path) -> str | None:
@@ -95,6 +95,7 @@ NOTEBOOK_IDS = {
     ],
     "park2020_async": ["park2020/fig3a", "park2020/fig3b"],
     "jeon_pipeline": [i for i in catalog.IDS if i.startswith("jeon/")],
+    "qiao_survey": ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"],
 }
 LOG_NAME = "reproduce.log"
 STATUS_NAME = "reproduce.json"

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edgelab import catalog
+from edgelab import catalog, cli
 from edgelab.errors import ConfigError
 from edgelab.paths import REPO_ROOT
-
-RENDERED_BY_NOTEBOOKS = ("park2020/", "jeon/")
 
 
 def _shared_catalog() -> Path:
@@ -42,11 +40,13 @@ def test_the_list_is_the_shared_catalog_in_its_order() -> None:
 
 def test_every_id_is_rendered_by_a_notebook_or_planned() -> None:
     # Execute
-    unaccounted = [i for i in catalog.IDS if not i.startswith(RENDERED_BY_NOTEBOOKS) and i not in catalog.PLANNED]
+    rendered = {i for ids in cli.NOTEBOOK_IDS.values() for i in ids}
+    unaccounted = [i for i in catalog.IDS if i not in rendered and i not in catalog.PLANNED]
 
-    # Assert
+    # Assert: each id has exactly one of the two
     assert unaccounted == []
     assert set(catalog.PLANNED) <= set(catalog.IDS)
+    assert rendered.isdisjoint(catalog.PLANNED)
 
 
 def test_the_committed_manifest_lists_every_id() -> None:
