@@ -35,6 +35,8 @@ from bench_training import THREAD_CAP
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # The kernels edgelab's device workers run (edgelab.cluster); the peers' processes inherit it.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402

@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 import sys
 
-# Device workers run TensorFlow with one intra-op and one inter-op thread
-# (edgelab.cluster); the baseline here gets the same cap, read only at TF import.
+# Device workers run TensorFlow with one intra-op and one inter-op thread and
+# its oneDNN kernels (edgelab.cluster); the baseline here gets the same, read only at TF import.
 THREAD_CAP = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -284,7 +285,7 @@ def host_info() -> dict[str, Any]:
         "dask": dask.__version__,
         "distributed": distributed.__version__,
         "numpy": np.__version__,
-        "thread_cap_env": {k: os.environ.get(k) for k in THREAD_CAP},
+        "thread_cap_env": {k: os.environ.get(k) for k in (*THREAD_CAP, "TF_ENABLE_ONEDNN_OPTS")},
         # Any value of it slows TensorFlow's allocations (see edgelab.cluster): unset on both sides.
         "malloc_trim_threshold": start_environ(MALLOC_TRIM),
         "benchmark_process_tf": _tf_threads_check(),

@@ -78,6 +78,22 @@ def notebook_runs(root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def performance(root: Path) -> dict[str, Any]:
+    """The benchmarks' history (``benchmarks/history.jsonl``, by ``benchmarks/track.py``), oldest run first.
+
+    Returns the runs and, per headline, its values run by run (None where a run did not measure it).
+    """
+    path = root / "benchmarks" / "history.jsonl"
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    names = list(dict.fromkeys(h["name"] for r in runs for h in r.get("headlines", [])))
+    by_run = [{h["name"]: h for h in r.get("headlines", [])} for r in runs]
+    rows = []
+    for name in names:
+        latest = next(hs[name] for hs in reversed(by_run) if name in hs)
+        rows.append({"name": name, "latest": latest, "history": [hs.get(name) for hs in by_run]})
+    return {"runs": runs, "rows": rows}
+
+
 def _manifest(root: Path) -> dict[str, Any]:
     path = root / "manifest.json"
     return json.loads(path.read_text())["items"] if path.is_file() else {}
@@ -160,6 +176,18 @@ else the smoke run; the tables carry the paper's values in their own rows.</p>
 {% endfor %}</table>
 <p>A notebook whose last run failed keeps the items of its earlier run, if any; they are marked below.</p>
 {% endif %}
+{% if perf.rows %}<h2 id="performance">Performance</h2>
+<p>Headline ratios of the benchmarks (<code>benchmarks/track.py</code>), each measured side by side in one run;
+the latest run first, then every run so far (<a href="benchmarks/history.jsonl">history.jsonl</a>;
+details in <code>benchmarks/*.md</code>).</p>
+<table class="summary">
+<tr><th>headline</th><th>target</th><th>latest</th><th>met</th>
+{% for r in perf.runs %}<th>{{ r.date[:10] }} {{ r.commit }}{% if r.quick %} (quick){% endif %}</th>{% endfor %}</tr>
+{% for row in perf.rows %}<tr><td>{{ row.name }}</td><td>{{ row.latest.target }}</td>
+<td>{{ "%.3g" | format(row.latest.value) }}{{ row.latest.unit }}</td><td>{{ "yes" if row.latest.met else "no" }}</td>
+{% for h in row.history %}<td>{{ "%.3g" | format(h.value) if h else "" }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endif %}
 {% for doc, title, items in documents %}
 <h2 id="{{ doc }}">{{ title }}</h2>
 {% for it in items %}
@@ -213,6 +241,7 @@ def render(root: Path | None = None) -> Path:
         ],
         rendered=rendered,
         runs=runs,
+        perf=performance(root),
         label_of=lambda status: LABELS.get(status, status),
     )
     path = root / "index.html"

@@ -30,6 +30,7 @@ THREAD_CAP = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP
 # Ray's workers inherit this process's environment: the cap reaches every client process.
 os.environ.update(THREAD_CAP)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the kernels edgelab's device workers run
 
 from fedavg_args import fedavg_parser  # noqa: E402
 
