@@ -70,15 +70,20 @@ def profile_reports_dir(profile: str, root: Path) -> Path:
     return root if profile == "smoke" else root / FULL_PROFILE_DIR
 
 
-def notebook_parameters(profile: str, notebook: Path, reports: Path) -> dict[str, Any]:
+def notebook_parameters(
+    profile: str, notebook: Path, reports: Path, scheduler_address: str | None = None
+) -> dict[str, Any]:
     """Papermill parameters of one notebook under a profile, writing into ``reports``.
 
     Smoke injects nothing: the notebook runs as committed, and its own default
-    (``edgelab.paths.reports_dir``) is the smoke reports directory.
+    (``edgelab.paths.reports_dir``) is the smoke reproduction's. A scheduler
+    address goes to every notebook that trains on a cluster (its ``scheduler_address``
+    parameter, which its results record), instead of the embedded cluster.
     """
-    if profile == "smoke":
-        return {}
-    return {**full_parameters(notebook), "reports_dir": str(reports)}
+    params: dict[str, Any] = {} if profile == "smoke" else {**full_parameters(notebook), "reports_dir": str(reports)}
+    if scheduler_address and _experiment(notebook) is not None:
+        params["scheduler_address"] = scheduler_address
+    return params
 
 
 #: The catalog ids each notebook renders.
@@ -180,6 +185,7 @@ def reproduce(
     reports: Path,
     force: bool = False,
     quiet: bool = True,
+    scheduler_address: str | None = None,
 ) -> int:
     """Execute notebooks with papermill into ``reports``; return the number that failed.
 
@@ -221,7 +227,7 @@ def reproduce(
                 status.record(nb, "skipped", reason=reason)
                 bar.update()
                 continue
-            params = notebook_parameters(profile, nb, reports)
+            params = notebook_parameters(profile, nb, reports, scheduler_address)
             target = out_dir / nb.name
             digest = inputs_digest(profile, nb, params)
             if not force and status.up_to_date(nb, digest, target):
@@ -294,6 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run only the notebooks rendering these documents or ids (e.g. park2020, jeon/fig7); may repeat",
     )
     rep.add_argument("--force", action="store_true", help="run notebooks that are up to date too")
+    rep.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run on this Dask scheduler (e.g. tls://pi-master:8786) instead of the embedded emulated cluster",
+    )
     rep.add_argument("--verbose", action="store_true", help="print library output instead of logging it")
     sub.add_parser("report", help="draw reports/index.html from the manifests, running nothing")
     args = parser.parse_args(argv)
@@ -319,7 +331,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item_id in unrendered:
             print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
     reports = profile_reports_dir(args.profile, root)
-    failures = reproduce(args.profile, notebooks, reports=reports, force=args.force, quiet=not args.verbose)
+    failures = reproduce(
+        args.profile,
+        notebooks,
+        reports=reports,
+        force=args.force,
+        quiet=not args.verbose,
+        scheduler_address=args.scheduler,
+    )
     page = write_report(root)
     _print_summary(root, page)
     return 1 if failures else 0

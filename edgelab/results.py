@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +70,23 @@ class ResultsStore:
         folder = self._readable_folder(self.path(params))
         if folder is None:
             return None
-        meta_file = folder / "run.json"
-        meta = json.loads(meta_file.read_text())
-        tables = {name: _read_table(folder / f"{name}.csv") for name in meta["tables"]}
-        arrays: dict[str, np.ndarray] = {}
-        if meta.get("arrays"):
-            with np.load(folder / ARRAYS_FILE, allow_pickle=False) as held:
-                arrays = {name: held[name] for name in meta["arrays"]}
-        return StoredRun(self.path(params).name, meta["params"], meta["summary"], tables, arrays)
+        try:
+            meta = json.loads((folder / "run.json").read_text())
+            tables = {name: _read_table(folder / f"{name}.csv") for name in meta["tables"]}
+            arrays: dict[str, np.ndarray] = {}
+            if meta.get("arrays"):
+                with np.load(folder / ARRAYS_FILE, allow_pickle=False) as held:
+                    arrays = {name: held[name] for name in meta["arrays"]}
+            return StoredRun(self.path(params).name, meta["params"], meta["summary"], tables, arrays)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # Written by another version, or damaged: not a result. Say so, and let the run be recomputed.
+            warnings.warn(
+                f"stored run {folder} cannot be read ({type(exc).__name__}: {exc}); it is treated as missing "
+                "and will be recomputed (its folder is replaced when the new run is stored)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
 
     def _readable_folder(self, final: Path) -> Path | None:
         """``final`` if it holds a run, else a run left aside by an interrupted replace."""

@@ -28,8 +28,18 @@ def test_every_notebook_declares_the_parameters_the_cli_injects() -> None:
     papermill = pytest.importorskip("papermill")
     for notebook in sorted(cli.NOTEBOOKS_DIR.glob("*.ipynb")):
         declared = set(papermill.inspect_notebook(str(notebook)))
-        injected = set(cli.notebook_parameters("full", notebook, Path("reports")))
+        injected = set(cli.notebook_parameters("full", notebook, Path("reports"), "tcp://127.0.0.1:8786"))
         assert injected <= declared, f"{notebook.name} lacks parameters {sorted(injected - declared)}"
+
+
+def test_a_scheduler_address_goes_to_the_notebooks_that_use_a_cluster() -> None:
+    # Execute
+    lenet = cli.notebook_parameters("smoke", NOTEBOOK, Path("reports"), "tls://pi-master:8786")
+    survey = cli.notebook_parameters("smoke", cli.NOTEBOOKS_DIR / "qiao_survey.ipynb", Path("reports"), "tls://x:1")
+
+    # Assert: the notebook records it with its results; a notebook without a cluster gets nothing
+    assert lenet == {"scheduler_address": "tls://pi-master:8786"}
+    assert survey == {}
 
 
 def test_unknown_notebook_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -263,3 +263,20 @@ def test_arrays_round_trip_exactly(tmp_path: Path) -> None:
         np.testing.assert_array_equal(back.arrays[name], value)
         assert back.arrays[name].dtype == value.dtype
     assert back.tables["empty"].empty
+
+
+def test_a_stored_run_another_version_wrote_is_missing_with_a_clear_warning(tmp_path: Path) -> None:
+    # Prepare: a stored run whose run.json lacks what this version reads
+    store = ResultsStore(tmp_path)
+    store.put(PARAMS, {"x": 1}, {})
+    meta = store.path(PARAMS) / "run.json"
+    meta.write_text('{"params": {}, "old_format": true}')
+
+    # Execute
+    with pytest.warns(RuntimeWarning, match=r"cannot be read \(KeyError.*will be recomputed"):
+        got = store.get(PARAMS)
+
+    # Assert: missing, so pending again; storing the new run replaces it
+    assert got is None
+    store.put(PARAMS, {"x": 2}, {})
+    assert store.get(PARAMS).summary == {"x": 2}
