@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 from edgelab import catalog, progress, report_page
 from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT, reports_dir
+from edgelab.paths import REPO_ROOT, cache_dir, reports_dir
 from edgelab.report import update_manifest
 from edgelab.results import atomic_write_text
 
@@ -133,18 +133,28 @@ def inputs_digest(profile: str, notebook: Path, params: dict[str, Any]) -> str:
 
 
 class Status:
-    """``reproduce.json`` beside the reports: each notebook's last outcome (done, failed, skipped), kept atomically."""
+    """Each notebook's last outcome (done, failed, skipped), kept atomically in two places.
+
+    ``reproduce.json`` beside the reports says what the report shows (the page
+    lists it). What decides that a notebook need not run again is kept apart,
+    in this machine's cache: the digest of the inputs its finished run had. A
+    fresh clone has committed reports but none of the results behind them, so
+    it runs every notebook.
+    """
 
     def __init__(self, reports: Path) -> None:
         self.path = reports / STATUS_NAME
-        self.entries: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        where = hashlib.sha256(str(reports.resolve()).encode()).hexdigest()[:16]
+        self.stamps_path = cache_dir() / "reproduce" / f"{where}.json"
+        self.entries: dict[str, Any] = _read_json(self.path)
+        self.stamps: dict[str, str] = _read_json(self.stamps_path)
 
     def up_to_date(self, notebook: Path, digest: str, target: Path) -> bool:
-        """Whether ``notebook`` last ran to the end with inputs ``digest`` and its executed copy is still there."""
-        entry = self.entries.get(notebook.stem, {})
-        return entry.get("status") == "done" and entry.get("inputs") == digest and target.is_file()
+        """Whether ``notebook`` last ran to the end here with inputs ``digest`` and its executed copy is still there."""
+        finished = self.entries.get(notebook.stem, {}).get("status") == "done"
+        return finished and self.stamps.get(notebook.stem) == digest and target.is_file()
 
-    def record(self, notebook: Path, status: str, **fields: Any) -> None:
+    def record(self, notebook: Path, status: str, *, inputs: str | None = None, **fields: Any) -> None:
         """Keep a notebook's outcome, written at once (an interrupted command keeps what finished)."""
         self.entries[notebook.stem] = {
             "status": status,
@@ -152,6 +162,19 @@ class Status:
             **fields,
         }
         atomic_write_text(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+        if inputs is None:
+            self.stamps.pop(notebook.stem, None)
+        else:
+            self.stamps[notebook.stem] = inputs
+        atomic_write_text(self.stamps_path, json.dumps(self.stamps, indent=1, sort_keys=True) + "\n")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: nothing is taken as done
+    return data if isinstance(data, dict) else {}
 
 
 @contextlib.contextmanager

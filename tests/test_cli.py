@@ -1,5 +1,6 @@
 """The reproduce command: which parameters each profile hands a notebook, and where reports go."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,7 @@ def test_a_notebook_whose_data_no_source_supplies_is_skipped_saying_why(
     monkeypatch.setenv("EDGELAB_OFFLINE", "1")
     notebook = cli.NOTEBOOKS_DIR / "jeon_pipeline.ipynb"
     # Execute
+    monkeypatch.setenv("EDGELAB_CACHE_DIR", str(tmp_path / "cache"))
     failures = cli.reproduce("smoke", [notebook], reports=tmp_path / "reports", quiet=False)
     # Assert: nothing ran, nothing failed, and the reason names the dataset
     out = capsys.readouterr().out
@@ -128,23 +130,33 @@ def test_inputs_digest_changes_with_the_parameters_and_the_data_directory(monkey
     assert len({base, other_params, other_profile, other_data}) == 4
 
 
-def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_with_the_same_inputs(tmp_path: Path) -> None:
+def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_here_with_the_same_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Prepare
-    target = tmp_path / "notebooks" / NOTEBOOK.name
-    target.parent.mkdir()
+    monkeypatch.setenv("EDGELAB_CACHE_DIR", str(tmp_path / "cache"))
+    reports = tmp_path / "reports"
+    target = reports / "notebooks" / NOTEBOOK.name
+    target.parent.mkdir(parents=True)
     target.write_text("{}")
-    status = cli.Status(tmp_path)
+    status = cli.Status(reports)
 
     # Execute
     status.record(NOTEBOOK, "failed", error="boom")
-    after_failure = cli.Status(tmp_path).up_to_date(NOTEBOOK, "d1", target)
+    after_failure = cli.Status(reports).up_to_date(NOTEBOOK, "d1", target)
     status.record(NOTEBOOK, "done", inputs="d1")
-    reread = cli.Status(tmp_path)
+    reread = cli.Status(reports)
+    # A fresh clone: the committed reports say done, but this machine's cache has no stamp
+    monkeypatch.setenv("EDGELAB_CACHE_DIR", str(tmp_path / "fresh-clone-cache"))
+    fresh = cli.Status(reports)
 
     # Assert
     assert after_failure is False
     assert reread.up_to_date(NOTEBOOK, "d1", target) is True
     assert reread.up_to_date(NOTEBOOK, "d2", target) is False
+    assert fresh.entries[NOTEBOOK.stem]["status"] == "done"
+    assert fresh.up_to_date(NOTEBOOK, "d1", target) is False
+    assert "inputs" not in json.loads((reports / cli.STATUS_NAME).read_text())[NOTEBOOK.stem]
     target.unlink()
     assert reread.up_to_date(NOTEBOOK, "d1", target) is False
 
@@ -180,8 +192,9 @@ def _notebook(path: Path, *sources: str) -> Path:
 
 @pytest.mark.notebook
 def test_reproduce_logs_library_output_reports_progress_resumes_and_survives_a_failure(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("EDGELAB_CACHE_DIR", str(tmp_path / "cache"))
     # Prepare: one notebook that reports runs and prints library-like noise, one that fails
     good = _notebook(
         tmp_path / "tiny_runs.ipynb",
