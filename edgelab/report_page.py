@@ -127,11 +127,25 @@ def _main_file(entry: dict[str, Any], prefix: str) -> str:
 
 
 def _markdown(root: Path, relative: str) -> str:
+    """A Markdown file as HTML for the page: its relative images and links re-pointed from its folder to the page's."""
     from markdown_it import MarkdownIt
 
     # No raw HTML from the files: the page shows their text, it does not run it.
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    return md.render((root / relative).read_text(encoding="utf-8"))
+    tokens = md.parse((root / relative).read_text(encoding="utf-8"))
+    folder = Path(relative).parent
+    for token in tokens:
+        for t in [token, *(token.children or [])]:
+            for attr in ("src", "href"):
+                target = t.attrGet(attr)
+                if isinstance(target, str) and _is_relative(target):
+                    t.attrSet(attr, (folder / target).as_posix())
+    return str(md.renderer.render(tokens, md.options, {}))
+
+
+def _is_relative(target: str) -> bool:
+    """A path inside the reports (not a URL, an absolute path or an anchor)."""
+    return bool(target) and ":" not in target.split("/")[0] and not target.startswith(("/", "#"))
 
 
 _TEMPLATE = """<!doctype html>
@@ -178,7 +192,7 @@ else the smoke run; the tables carry the paper's values in their own rows.</p>
 {% endif %}
 {% if perf.rows %}<h2 id="performance">Performance</h2>
 <p>Headline ratios of the benchmarks (<code>benchmarks/track.py</code>), each measured side by side in one run;
-the latest run first, then every run so far (<a href="benchmarks/history.jsonl">history.jsonl</a>;
+the latest value first, then every run so far, oldest first (<a href="benchmarks/history.jsonl">history.jsonl</a>;
 details in <code>benchmarks/*.md</code>).</p>
 <table class="summary">
 <tr><th>headline</th><th>target</th><th>latest</th><th>met</th>

@@ -82,6 +82,21 @@ def test_a_failed_notebook_is_shown_and_its_items_marked(tmp_path: Path) -> None
     assert "last run failed" in section[: section.index("</section>")]
 
 
+def test_images_and_links_in_a_table_point_from_the_page_to_their_files(tmp_path: Path) -> None:
+    # Prepare: a Markdown item that shows its figure by a path relative to its own folder
+    item = _item(tmp_path, "jeon/fig1")
+    md = tmp_path / "jeon" / "fig1.md"
+    md.write_text("![jeon/fig1](fig1.png) see [the data](fig1.csv), [paper](https://example.org/p) and [top](#jeon)\n")
+    update_manifest([item], root=tmp_path)
+
+    # Execute
+    page = report_page.render(tmp_path).read_text()
+
+    # Assert
+    assert 'src="jeon/fig1.png"' in page and 'href="jeon/fig1.csv"' in page
+    assert 'href="https://example.org/p"' in page and 'href="#jeon"' in page
+
+
 def test_a_listed_file_that_is_gone_is_not_shown(tmp_path: Path) -> None:
     # Prepare
     update_manifest([_item(tmp_path, "park2020/table1")], root=tmp_path)
