@@ -186,7 +186,7 @@ else the smoke run; the tables carry the paper's values in their own rows.</p>
 <table class="summary">
 <tr><th>notebook</th><th>scale</th><th>last run</th><th>finished</th><th>seconds</th><th>why</th></tr>
 {% for r in runs %}<tr><td>{{ r.notebook }}</td><td>{{ r.scale }}</td><td>{{ r.status }}</td><td>{{ r.finished }}</td>
-<td>{{ r.seconds if r.seconds is defined else "" }}</td><td>{{ r.error or r.reason or "" }}</td></tr>
+<td>{{ r.get("seconds", "") }}</td><td>{{ r.get("error") or r.get("reason") or "" }}</td></tr>
 {% endfor %}</table>
 <p>A notebook whose last run failed keeps the items of its earlier run, if any; they are marked below.</p>
 {% endif %}

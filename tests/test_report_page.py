@@ -70,14 +70,19 @@ def test_a_failed_notebook_is_shown_and_its_items_marked(tmp_path: Path) -> None
     # Prepare
     item = _item(tmp_path, "park2020/fig3a", "reproduced", notebook="notebooks/park2020_async.ipynb")
     update_manifest([item], root=tmp_path)
-    status = {"park2020_async": {"status": "failed", "error": "KilledWorker: boom", "finished": "now"}}
+    status = {
+        "park2020_async": {"status": "failed", "error": "KilledWorker: boom", "finished": "now"},
+        "park2020_lenet": {"status": "done", "seconds": 85.0, "finished": "then"},
+        "jeon_pipeline": {"status": "skipped", "reason": "no PlantVillage images", "finished": "then"},
+    }
     (tmp_path / "reproduce.json").write_text(json.dumps(status))
 
     # Execute
     page = report_page.render(tmp_path).read_text()
 
     # Assert
-    assert "KilledWorker: boom" in page
+    assert "KilledWorker: boom" in page and "no PlantVillage images" in page
+    assert "<td>park2020_lenet</td><td>smoke</td><td>done</td><td>then</td>\n<td>85.0</td><td></td>" in page
     section = page[page.index('id="park2020-fig3a"') :]
     assert "last run failed" in section[: section.index("</section>")]
 
