@@ -103,6 +103,8 @@ NOTEBOOK_IDS = {
     "qiao_survey": ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"],
 }
 LOG_NAME = "reproduce.log"
+# The command and the page: code no notebook runs, so changing it does not make a notebook stale.
+OUTSIDE_NOTEBOOKS = ("cli.py", "report_page.py")
 STATUS_NAME = "reproduce.json"
 
 
@@ -127,6 +129,8 @@ def inputs_digest(profile: str, notebook: Path, params: dict[str, Any]) -> str:
     h.update(notebook.read_bytes())
     package = Path(__file__).resolve().parent
     for source in sorted(package.rglob("*.py")):
+        if source.relative_to(package).as_posix() in OUTSIDE_NOTEBOOKS:
+            continue
         h.update(str(source.relative_to(package)).encode())
         h.update(source.read_bytes())
     return h.hexdigest()
@@ -261,6 +265,8 @@ def reproduce(
             name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
             say(f"edgelab: running {name} ({profile}) -> {target}")
             runs.reset(total=0)
+            # Until it finishes, the report says it did not (an interruption leaves it so).
+            status.record(nb, "started", profile=profile)
             progress_path = reports / f".{nb.stem}.progress"
             os.environ[progress.ENV] = str(progress_path)
             try:
@@ -354,14 +360,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item_id in unrendered:
             print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
     reports = profile_reports_dir(args.profile, root)
-    failures = reproduce(
-        args.profile,
-        notebooks,
-        reports=reports,
-        force=args.force,
-        quiet=not args.verbose,
-        scheduler_address=args.scheduler,
-    )
+    try:
+        failures = reproduce(
+            args.profile,
+            notebooks,
+            reports=reports,
+            force=args.force,
+            quiet=not args.verbose,
+            scheduler_address=args.scheduler,
+        )
+    except KeyboardInterrupt:
+        # What finished is kept (results store, finished notebooks); the next run goes on from there.
+        print("\nedgelab: interrupted; run the same command again to go on where it stopped", file=sys.stderr)
+        write_report(root)
+        return 130
     page = write_report(root)
     _print_summary(root, page)
     return 1 if failures else 0

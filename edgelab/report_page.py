@@ -188,7 +188,8 @@ else the smoke run; the tables carry the paper's values in their own rows.</p>
 {% for r in runs %}<tr><td>{{ r.notebook }}</td><td>{{ r.scale }}</td><td>{{ r.status }}</td><td>{{ r.finished }}</td>
 <td>{{ r.get("seconds", "") }}</td><td>{{ r.get("error") or r.get("reason") or "" }}</td></tr>
 {% endfor %}</table>
-<p>A notebook whose last run failed keeps the items of its earlier run, if any; they are marked below.</p>
+<p>A notebook whose last run failed or did not finish ("started": interrupted, or still running) keeps the items
+of its earlier run, if any; they are marked below.</p>
 {% endif %}
 {% if perf.rows %}<h2 id="performance">Performance</h2>
 <p>Headline ratios of the benchmarks (<code>benchmarks/track.py</code>), each measured side by side in one run;
@@ -237,7 +238,11 @@ def render(root: Path | None = None) -> Path:
     root = root or reports_dir()
     shown = collect(root)
     runs = notebook_runs(root)
-    failed = {(r["scale"], r["notebook"]): r.get("error", "") for r in runs if r["status"] == "failed"}
+    failed = {
+        (r["scale"], r["notebook"]): r.get("error") or "started, did not finish"
+        for r in runs
+        if r["status"] in ("failed", "started")
+    }
     for s in shown:
         s.failed = failed.get((s.scale, Path(s.entry.get("notebook") or "").stem), "")
     counts = Counter(LABELS.get(s.status, s.status) for s in shown)

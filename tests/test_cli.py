@@ -142,6 +142,9 @@ def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_here_with_the_sam
     status = cli.Status(reports)
 
     # Execute
+    status.record(NOTEBOOK, "done", inputs="d1")
+    status.record(NOTEBOOK, "started")  # run again and interrupted: no longer done
+    after_start = cli.Status(reports).up_to_date(NOTEBOOK, "d1", target)
     status.record(NOTEBOOK, "failed", error="boom")
     after_failure = cli.Status(reports).up_to_date(NOTEBOOK, "d1", target)
     status.record(NOTEBOOK, "done", inputs="d1")
@@ -151,6 +154,7 @@ def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_here_with_the_sam
     fresh = cli.Status(reports)
 
     # Assert
+    assert after_start is False
     assert after_failure is False
     assert reread.up_to_date(NOTEBOOK, "d1", target) is True
     assert reread.up_to_date(NOTEBOOK, "d2", target) is False

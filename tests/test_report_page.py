@@ -102,6 +102,20 @@ def test_images_and_links_in_a_table_point_from_the_page_to_their_files(tmp_path
     assert 'href="https://example.org/p"' in page and 'href="#jeon"' in page
 
 
+def test_a_notebook_that_did_not_finish_marks_its_items(tmp_path: Path) -> None:
+    # Prepare: an interrupted notebook leaves "started" behind, never "done"
+    item = _item(tmp_path, "park2020/fig3a", "reproduced", notebook="notebooks/park2020_async.ipynb")
+    update_manifest([item], root=tmp_path)
+    (tmp_path / "reproduce.json").write_text(json.dumps({"park2020_async": {"status": "started", "finished": "t"}}))
+
+    # Execute
+    page = report_page.render(tmp_path).read_text()
+
+    # Assert
+    section = page[page.index('id="park2020-fig3a"') :]
+    assert "started, did not finish" in section[: section.index("</section>")]
+
+
 def test_a_listed_file_that_is_gone_is_not_shown(tmp_path: Path) -> None:
     # Prepare
     update_manifest([_item(tmp_path, "park2020/table1")], root=tmp_path)
