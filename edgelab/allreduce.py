@@ -153,7 +153,7 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
 
     Returns the round's record, as ``runtime.train_round`` makes it (None without a task).
     """
-    from edgelab.runtime import _as_device, train_round
+    from edgelab.runtime import train_round
 
     state = _state(rt, run_id)
     if state.token != token:
@@ -163,10 +163,9 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
     if task is None:
         delta, record = np.zeros_like(state.weights), None
     else:
-        loop = asyncio.get_running_loop()
-        executor = rt._worker.executors["default"]
-        packed, record = await loop.run_in_executor(executor, _as_device, rt, train_round, (task, state.arrays()))
-        delta = np.concatenate([d.ravel() for d in packed.arrays])
+        packed, record = await rt.run(train_round, (task, state.arrays()))
+        _, flats = pack(packed.arrays)  # one flat buffer already (the compiled step's): no copy
+        delta = flats[0] if len(flats) == 1 else np.concatenate([d.ravel() for d in packed.arrays])
     samples = 0 if record is None else int(record["samples"])
 
     if n <= WHOLE_EXCHANGE_MAX:
@@ -314,7 +313,7 @@ class Ring:
         self.clean = False
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
-        calls = {d: fleet.direct(d, "allreduce_round", self.run_id, self.token, tasks.get(d)) for d in self.devices}
+        calls = fleet.direct_all({d: ("allreduce_round", self.run_id, self.token, tasks.get(d)) for d in self.devices})
         fleet.wait(calls)
         records = [calls[d].result() for d in self.devices]
         fleet.point("gather", rnd)

@@ -44,6 +44,7 @@ from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule, kill_worker
 from edgelab.runtime import DIRECT_OP, StateMissingError
+from edgelab.wire import Bundle
 
 T = TypeVar("T")
 
@@ -214,17 +215,39 @@ class Fleet:
         scheduler in between; the future holds the function's result or raises
         its error (a broken connection raises ``OSError``).
         """
-        send = getattr(self.client.rpc(self.addresses[device]), DIRECT_OP)
+        return self.direct_all({device: (fn, *args)})[device]
 
-        async def call() -> Any:
-            reply = await send(fn=fn, args=to_serialize(args))
+    def direct_all(self, calls: Mapping[str, tuple[Any, ...]]) -> dict[str, concurrent.futures.Future[Any]]:
+        """``direct(device, *call)`` for every device of ``calls`` at once: one hand-over to the client's loop.
+
+        Each hand-over from this thread to the loop's costs a wake-up and the
+        GIL (0.15 ms on this 2-core host); a round makes one, not one per device.
+        """
+        futures: dict[str, concurrent.futures.Future[Any]] = {d: concurrent.futures.Future() for d in calls}
+        sends = {d: getattr(self.client.rpc(self.addresses[d]), DIRECT_OP) for d in calls}
+
+        async def call(device: str, fn: str, *args: Any) -> None:
+            future = futures[device]
+            try:
+                reply = await sends[device](fn=fn, args=to_serialize(Bundle(args)))
+            except BaseException as exc:  # a broken connection, or the round abandoned
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            if future.done():  # cancelled by a recovery meanwhile
+                return
             if reply["status"] != "OK":
-                raise reply["exception"]
-            return reply["result"]
+                future.set_exception(reply["exception"])
+            else:
+                future.set_result(reply["result"])
 
-        future = asyncio.run_coroutine_threadsafe(call(), self.client.loop.asyncio_loop)
-        self._calls.append(future)
-        return future
+        def start() -> None:
+            for device, (fn, *args) in calls.items():
+                asyncio.ensure_future(call(device, fn, *args))
+
+        self.client.loop.asyncio_loop.call_soon_threadsafe(start)
+        self._calls.extend(futures.values())
+        return futures
 
     def generation(self, device: str) -> int:
         """How many times ``device`` was lost and brought back during the run (a call made before is void)."""

@@ -59,7 +59,7 @@ from edgelab.train_config import (
     samples_per_device,
     steps_per_device,
 )
-from edgelab.wire import Packed
+from edgelab.wire import Flat, Packed, pack
 
 __all__ = [
     "PARTITIONS",
@@ -239,7 +239,8 @@ def train(
             progress.append({"updates": updates, "samples_seen": samples, **scores})
 
     try:
-        weights = fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))
+        # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.wire).
+        weights = Flat(*pack(fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))))
         ring = Ring(fleet, run_id, devices, weights, strategy) if transport == "allreduce" else None
         t_train = time.perf_counter()
         if isinstance(strategy, ParameterServerAsync):
@@ -354,7 +355,7 @@ def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.n
         # The weights and the training are one call: a device killed at either point dies as the call goes out.
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
-        calls = {device: fleet.direct(device, "train_round", task, payload) for device, task in tasks.items()}
+        calls = fleet.direct_all({device: ("train_round", task, payload) for device, task in tasks.items()})
         fleet.wait(calls)
         results = [call.result() for call in calls.values()]  # a device lost in this round fails it here
         # The updates are here already: a device lost now is found by the next step.

@@ -89,6 +89,49 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(name: str)
     history = model.fit(ref, epochs=1, shuffle=False, verbose=0)
 
     # Assert
-    for got, after, before in zip(delta, get_weights(model), weights, strict=True):
+    for got, after, before in zip(delta.arrays, get_weights(model), weights, strict=True):
         np.testing.assert_array_equal(got, after - before)
     assert loss == float(history.history["loss"][-1])
+
+
+@pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
+def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: str, shape: tuple[int, ...]) -> None:
+    from edgelab.models import build_model
+    from edgelab.runtime import _train_steps, get_weights
+
+    # Prepare: a seeded model with weight decay (ResNet: batch normalisation's moving statistics too),
+    # two models from the same seed, one for the compiled round and one for Keras' own path
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, size=(200, *shape), dtype=np.uint8)
+    y = rng.integers(0, 10, size=200)
+    fused, keras_path = (build_model(ModelSpec(name, weight_decay=1e-4)) for _ in range(2))
+    weights = get_weights(fused)
+    shard = _Shard(x=x, y=y, channel_axis=name == "cnn")
+
+    for step in range(3):
+        order = rng.permutation(200)[: 64 if step < 2 else 37]  # a short batch retraces nothing wrong
+        # Execute: the runtime's compiled round, and set_weights + train_on_batch + get_weights
+        delta, loss = _train_steps(fused, shard, weights, order, 1, 64)
+        keras_path.set_weights(weights)
+        logs = keras_path.train_on_batch(*shard.take(order), return_dict=True)
+        after = keras_path.get_weights()
+
+        # Assert: the same delta and loss, bit for bit, every step (the server's weights move on between them)
+        for got, a, b in zip(delta.arrays, after, weights, strict=True):
+            np.testing.assert_array_equal(got, a - b)
+        assert loss == float(logs["loss"])
+        weights = [w + d for w, d in zip(weights, delta.arrays, strict=True)]
+
+
+def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
+    from edgelab.models import build_model
+    from edgelab.runtime import _train_steps, get_weights
+
+    model = build_model(ModelSpec("mlp"))
+    shard = _Shard(x=np.zeros((4, 28, 28), np.uint8), y=np.zeros(4, np.int64), channel_axis=False)
+    weights = get_weights(model)
+
+    with pytest.raises(ValueError, match="weights, got 5 arrays"):
+        _train_steps(model, shard, weights[:5], np.arange(4), 1, 4)
+    with pytest.raises(ValueError, match="has shape"):
+        _train_steps(model, shard, [w.T for w in weights], np.arange(4), 1, 4)

@@ -266,3 +266,27 @@ def test_build_strategy_unknown_raises() -> None:
     with pytest.raises(ConfigError, match="strategy") as info:
         build_strategy("allreduce")
     assert info.value.parameter == "strategy"
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_flat_lists_aggregate_bit_for_bit_as_the_layers_do(scale: float) -> None:
+    from edgelab.wire import Flat, pack
+
+    # Prepare: three devices' deltas (with negative zeros, which a sum from 0 turns positive) and the weights
+    rng = np.random.default_rng(5)
+    shapes = [(4, 3), (3,), (3, 2), (2,)]
+    deltas = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    deltas[0][1][0] = deltas[1][1][0] = deltas[2][1][0] = np.float32(-0.0)
+    weights = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    samples = [64, 64, 17]
+
+    # Execute: the same maths on plain lists and on flat ones
+    by_layer = apply_delta(weights, weighted_mean(deltas, samples), scale=scale)
+    flat_mean = weighted_mean([Flat(*pack(d)) for d in deltas], samples)
+    by_buffer = apply_delta(Flat(*pack(weights)), flat_mean, scale=scale)
+
+    # Assert: flat in, flat out, and the same bits
+    assert isinstance(flat_mean, Flat) and isinstance(by_buffer, Flat)
+    for got, want in zip(by_buffer, by_layer, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

@@ -121,3 +121,37 @@ def test_weights_set_and_read_as_keras_does() -> None:
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="the model has 6 weights, got 1 arrays"):
         set_weights(other, [np.zeros(3)])
+
+
+@pytest.mark.integration
+def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thread(cluster: DeviceCluster) -> None:
+    def install(dask_worker: object) -> None:
+        import threading
+        import time
+
+        from edgelab import runtime
+
+        def where(sleep_s: float) -> str:
+            time.sleep(sleep_s)
+            return threading.current_thread().name
+
+        runtime.DIRECT_FUNCTIONS["where"] = where
+
+    cluster.client.run(install)
+    fleet = Fleet.for_cluster(cluster, cluster.devices, prepare=lambda _: None)
+
+    def where(sleep_s: float) -> str:
+        return str(fleet.direct(cluster.devices[0], "where", sleep_s).result(timeout=30))
+
+    try:
+        # Execute: a call never seen before, short ones, a long one, and a short one after it
+        calls = [where(0.0), where(0.0), where(0.08), where(0.0), where(0.0)]
+
+        # Assert: a call known to be short runs on the event loop (the worker's main thread), any other on its thread
+        assert calls[0] != "MainThread"  # never run: not known to be short
+        assert calls[1] == "MainThread"
+        assert calls[2] == "MainThread"  # its last run was short; now it is known to be long
+        assert calls[3] != "MainThread"
+        assert calls[4] == "MainThread"
+    finally:
+        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("where", None))

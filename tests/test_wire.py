@@ -58,3 +58,42 @@ def test_a_packed_list_is_concatenated_once_however_often_it_is_sent() -> None:
 
 def test_an_empty_list_packs_and_unpacks() -> None:
     assert pickle.loads(pickle.dumps(Packed([]), protocol=5)) == []
+
+
+def test_a_flat_list_pickles_its_buffers_once_and_packs_without_a_copy() -> None:
+    from edgelab.wire import Flat, pack
+
+    arrays = _mixed()
+    flat = Flat(*pack(arrays))
+    buffers: list[pickle.PickleBuffer] = []
+
+    out = pickle.loads(pickle.dumps(flat, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+
+    assert isinstance(out, Flat)
+    assert len(buffers) == 3  # the three buffers, not the arrays as well
+    assert pack(flat)[1][0] is flat.flats[0]  # sent again as it is
+    assert Packed(flat).__reduce__()[1][1][0] is flat.flats[0]
+    for got, want in zip(out, arrays, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_bundle_is_one_small_pickle_in_the_message_and_a_frame_per_buffer() -> None:
+    from distributed.protocol import dumps, loads
+
+    from edgelab.wire import Bundle
+
+    # Prepare: a round's call, a task and the weights of three dtypes
+    arrays = _mixed()[:3]
+    call = ("task", {"round": 3}, Packed(arrays))
+
+    # Execute: Dask's message framing, as a comm writes and reads it
+    bundled = dumps({"op": "x", "args": to_serialize(Bundle(call))})
+    plain = dumps({"op": "x", "args": to_serialize(call)})
+    task, meta, out = loads(bundled)["args"]
+
+    # Assert: the message and one frame per buffer (and a prelude), fewer than the tuple sent as it is
+    assert len(bundled) == 2 + 2
+    assert len(plain) > len(bundled)
+    assert (task, meta) == ("task", {"round": 3})
+    for got, want in zip(out, arrays, strict=True):
+        np.testing.assert_array_equal(got, want)

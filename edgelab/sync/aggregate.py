@@ -1,8 +1,15 @@
-"""Aggregation maths in plain numpy, with no framework imports."""
+"""Aggregation maths in plain numpy, with no framework imports.
+
+Lists of arrays that are views of flat buffers alike (``edgelab.wire.Flat``: the
+weights and deltas as they travel) are worked on buffer by buffer: the same
+element-wise arithmetic, so the same bits, with one numpy call per buffer.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+from edgelab.wire import Flat, flat_form
 
 NDArrays = list[np.ndarray]
 
@@ -22,17 +29,30 @@ def weighted_mean(arrays: list[NDArrays], weights: list[float]) -> NDArrays:
     total = float(sum(weights))
     if total <= 0:
         raise ValueError(f"weights must sum to > 0, got {weights!r}")
+    flat = flat_form(arrays)
+    if flat is not None:  # the same element-wise maths, once per buffer instead of once per layer
+        layout, buffers = flat
+        return Flat(layout, tuple(_mean(list(parts), weights, total) for parts in zip(*buffers, strict=True)))
+    return [_mean(list(layers), weights, total) for layers in zip(*arrays, strict=True)]
+
+
+def _mean(layers: NDArrays, weights: list[float], total: float) -> np.ndarray:
     # float64 accumulation in a fixed order keeps the result reproducible
-    return [
-        (sum(w * layer.astype(np.float64) for w, layer in zip(weights, layers, strict=True)) / total).astype(
-            layers[0].dtype
-        )
-        for layers in zip(*arrays, strict=True)
-    ]
+    return (sum(w * layer.astype(np.float64) for w, layer in zip(weights, layers, strict=True)) / total).astype(
+        layers[0].dtype
+    )
 
 
 def apply_delta(weights: NDArrays, delta: NDArrays, *, scale: float = 1.0) -> NDArrays:
-    """``weights + scale * delta``, layer by layer."""
+    """``weights + scale * delta``, layer by layer (buffer by buffer when both are ``Flat`` alike)."""
+    flat = flat_form([weights, delta])
+    if flat is not None:
+        layout, (w_flats, d_flats) = flat
+        return Flat(layout, tuple(_add(w, d, scale) for w, d in zip(w_flats, d_flats, strict=True)))
+    return [_add(w, d, scale) for w, d in zip(weights, delta, strict=True)]
+
+
+def _add(w: np.ndarray, d: np.ndarray, scale: float) -> np.ndarray:
     if scale == 1.0:  # 1.0 * d is d, bit for bit: skip a pass over the weights
-        return [(w + d).astype(w.dtype, copy=False) for w, d in zip(weights, delta, strict=True)]
-    return [(w + scale * d).astype(w.dtype, copy=False) for w, d in zip(weights, delta, strict=True)]
+        return (w + d).astype(w.dtype, copy=False)
+    return (w + scale * d).astype(w.dtype, copy=False)
