@@ -388,6 +388,8 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
                 "bytes_per_round",
             ):
                 row[key] = float(statistics.median(c[key] for c in cells))
+            # How many of the host's cores the cluster kept busy: near their number, the host is the bound.
+            row["cores_busy"] = row["host_cpu_ms_per_round"] / row["round_ms"]
             row["target_met"] = None if n == 1 else row["overhead_over_floor"] <= OVERHEAD_TARGET
             rows.append(row)
     return rows
@@ -447,8 +449,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             "what the transport itself costs.",
             "",
             "| devices | transport | round ms | compute ms | overhead ms | floor ms | overhead / floor | target | "
-            "Dask echo ms | overhead / echo | rounds/s | host CPU ms/round | MB/round |",
-            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+            "Dask echo ms | overhead / echo | rounds/s | host CPU ms/round | cores busy | MB/round |",
+            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in a["summary"]:
             target = "-" if r["target_met"] is None else ("yes" if r["target_met"] else "no")
@@ -456,13 +458,14 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"| {r['devices']} | {r['transport']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | "
                 f"{r['overhead_ms']:.2f} | {r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {target} | "
                 f"{r['dask_echo_ms']:.2f} | {r['overhead_over_echo']:.2f} | {r['rounds_per_s']:.1f} | "
-                f"{r['host_cpu_ms_per_round']:.1f} | {r['bytes_per_round'] / 1e6:.2f} |"
+                f"{r['host_cpu_ms_per_round']:.1f} | {r['cores_busy']:.2f} | {r['bytes_per_round'] / 1e6:.2f} |"
             )
         lines += [
             "",
             "Compute = the slowest device's compute wall, or the devices' CPU seconds over the host's cores when "
             "they outnumber them (ten devices queue for two cores). Host CPU: every process of the cluster "
-            "(client, scheduler, nannies, workers) over the run, per round. ![scaling](sync.png)",
+            "(client, scheduler, nannies, workers) over the run, per round; cores busy = host CPU / round wall: "
+            f"near the host's {a['cores']} cores, the round waits for CPU, not for the link. ![scaling](sync.png)",
         ]
     if "mwms" in results:
         b = results["mwms"]
