@@ -117,6 +117,11 @@ def device_resource(name: str) -> str:
     return f"device-{name}"
 
 
+def tier_resource(tier: str) -> str:
+    """The Dask resource that pins a task to any device of ``tier``."""
+    return f"tier-{tier}"
+
+
 def scheduler_workers(client: Client) -> dict[str, Any]:
     """Every worker the scheduler knows now, by address, asked of the scheduler itself.
 
@@ -257,6 +262,31 @@ def _start_local(
     timeout_s: float,
     start_method: str,
 ) -> DeviceCluster:
+    workers = {name: WorkerSpec(TIER) for name in device_names(profile, n_devices)}
+    client, cluster, info = start_workers(workers, worker_memory_limit, dashboard_address, timeout_s, start_method)
+    return DeviceCluster(client, list(workers), profile, True, cluster, info)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One emulated device's worker: its tier (a Dask resource) and how many threads its TensorFlow may use."""
+
+    tier: str
+    tf_threads: int = 1
+
+
+def start_workers(
+    workers: dict[str, WorkerSpec],
+    worker_memory_limit: str,
+    dashboard_address: str,
+    timeout_s: float,
+    start_method: str,
+) -> tuple[Client, LocalCluster, dict[str, Any]]:
+    """A local cluster with one single-threaded worker process per device, named and resourced as ``workers`` say.
+
+    Every worker carries the resources ``device-<name>`` and ``tier-<tier>``,
+    so work is pinned to a device or a tier by resource, never by address.
+    """
     from edgelab.paths import cache_dir
 
     env = _worker_env(str(cache_dir() / "keras"))
@@ -270,35 +300,36 @@ def _start_local(
             dashboard_address=dashboard_address,
             memory_limit=worker_memory_limit,
         )
-        for name in device_names(profile, n_devices):
+        for name, worker in workers.items():
+            threads = str(worker.tf_threads)
             spec = {"cls": cluster.new_spec["cls"], "options": dict(cluster.new_spec["options"])}
             spec["options"].update(
                 name=name,
                 nthreads=1,
                 memory_limit=worker_memory_limit,
-                resources={device_resource(name): 1, f"tier-{TIER}": 1},
-                env=env,
+                resources={device_resource(name): 1, tier_resource(worker.tier): 1},
+                env={**env, "TF_NUM_INTRAOP_THREADS": threads, "OMP_NUM_THREADS": threads},
             )
             cluster.worker_spec[name] = spec
-        cluster.scale(n_devices)
+        cluster.scale(len(workers))
         client = Client(cluster)
         try:
-            client.wait_for_workers(n_devices, timeout=timeout_s)
+            client.wait_for_workers(len(workers), timeout=timeout_s)
             client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
         except Exception as exc:
             client.close()
             cluster.close()
-            raise ClusterError(f"the emulated cluster of {n_devices} devices did not start: {exc}") from exc
+            raise ClusterError(f"the emulated cluster of {len(workers)} devices did not start: {exc}") from exc
     trim = _warn_if_malloc_trimmed(client)
     info = {
-        "workers": n_devices,
+        "workers": len(workers),
         "memory_limit": worker_memory_limit,
         "threads_per_worker": 1,
         "start_method": start_method,
         MALLOC_TRIM: trim,
         ONEDNN: workers_environ(client, ONEDNN),
     }
-    return DeviceCluster(client, device_names(profile, n_devices), profile, True, cluster, info)
+    return client, cluster, info
 
 
 def start_environ(name: str) -> str | None:
@@ -327,7 +358,7 @@ def _warn_if_malloc_trimmed(client: Client) -> str | None:
             f"device workers started with {MALLOC_TRIM}={trim}: TensorFlow then maps and unmaps its buffers "
             "every step, which inflates measured CPU time; start the workers without it (see cluster/README.md)",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return trim
 
