@@ -101,6 +101,7 @@ NOTEBOOK_IDS = {
     "park2020_async": ["park2020/fig3a", "park2020/fig3b"],
     "jeon_pipeline": [i for i in catalog.IDS if i.startswith("jeon/")],
     "qiao_survey": ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"],
+    "zhang2018_networks": ["zhang2018/fig2"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

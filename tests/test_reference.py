@@ -12,7 +12,7 @@ from edgelab.reference import REFERENCE_DIR, load_reference
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CATALOG_DIR = SHARED / "papers" / "catalog"
-PAPERS = ("park2020", "jeon", "qiao")
+PAPERS = ("park2020", "jeon", "qiao", "zhang2018")
 
 # A "### name" heading (perhaps followed by a remark such as "(deployments)"), any text, then its ```csv block.
 _CSV_BLOCK = re.compile(r"^### (\S+)[^\n]*\n.*?^```csv\n(.*?)^```", re.S | re.M)
