@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 INPUT_SHAPE = (32, 32, 3)
 #: The WRN heads: ``"pooled"`` (canonical, 36.5 M) and ``"flatten"`` (the report's 40.6 M).
 WRN_HEADS = ("pooled", "flatten")
+#: The networks ``build_tier_network`` builds by name.
+TIER_NETWORK_NAMES = ("mobilenet", "resnet34", "wrn-28-10", "wrn-28-10-flatten")
 #: Each tier's network in the report, by tier.
 TIER_NETWORKS = {"end": "mobilenet", "edge": "resnet34", "cloud": "wrn-28-10"}
 
@@ -141,7 +143,7 @@ def build_tier_network(name: str, *, seed: int = 0, **options: Any) -> keras.Mod
         "wrn-28-10-flatten": lambda: wide_resnet(head="flatten", seed=seed, **options),
     }
     if name not in builders:
-        raise ConfigError("network", name, f"one of {', '.join(builders)}")
+        raise ConfigError("network", name, f"one of {', '.join(TIER_NETWORK_NAMES)}")
     return builders[name]()
 
 
