@@ -1,0 +1,125 @@
+"""Emulated time on an end / edge / cloud hierarchy: per-image times per tier, and the schedule of a job's stages.
+
+The report's tiers are virtual machines (1 vCPU end devices, 4 vCPU edge
+devices, a GPU cloud), not Raspberry Pis, and its Table 1 measures every
+network on every tier stand-alone (batch 50, no communication). That table is
+the hierarchy's calibration, made once and used by every experiment on it
+(``zhang2018_calibration``): a stage of ``n`` images of network ``m`` on tier
+``t`` takes ``n`` times Table 1's time per image. Table 1's time rows are
+therefore fitted, never judged; everything composed from them (Table 2 with
+latency, the schemes' completion times, the privacy module's overhead, the
+fault-tolerance runs) is a prediction. Three networks on three tiers do not
+follow one cost per FLOP (on an end device ResNet-34 does 37 GFLOP/s,
+WRN-28-10 9 and MobileNet 1.2, from the report's own times), so a network
+the calibration does not hold is refused rather than guessed at: give its
+times per image (``TierCalibration.with_times``).
+
+``schedule`` places a job's stages (``edgelab.tiered.SchemeRun.stages``) on
+this clock. Each device works through its stages one at a time in task order.
+A task's coarse stage starts when its end device is free (every task is at
+its end device from the start, as in the report). Its fine stage starts when
+the coarse one is done and the upper device is free, and holds that device for
+the tier's latency (sending and receiving, as the report counts it and as a
+synchronous HTTP request does), the transfer of the task's bytes at the tier's
+bandwidth, and the network's time. The job ends with its last stage. Unlike
+the report's eq2 and eq3, stages overlap: an upper device starts on the first
+task while the end devices work on later ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from edgelab.errors import ConfigError
+from edgelab.hierarchy import HierarchySpec
+from edgelab.reference import load_reference
+
+# Table 1's rows and columns, by tier and by the networks edgelab builds for them.
+_TABLE1_ROWS = {
+    "end": "inference_time_end_device",
+    "edge": "inference_time_edge_device",
+    "cloud": "inference_time_cloud",
+}
+_TABLE1_COLUMNS = {"mobilenet": "MobileNet", "resnet34": "ResNet", "wrn-28-10": "WRN", "wrn-28-10-flatten": "WRN"}
+
+
+@dataclass(frozen=True)
+class TierCalibration:
+    """Seconds per image of each network on each tier, and where the numbers come from."""
+
+    per_image_s: dict[tuple[str, str], float]
+    source: str
+    fitted_on: tuple[str, ...] = field(default_factory=tuple)
+
+    def stage_s(self, tier: str, network: str, images: int) -> float:
+        """Seconds a device of ``tier`` takes to answer ``images`` images with ``network``."""
+        key = (tier, network)
+        if key not in self.per_image_s:
+            known = ", ".join(f"{t}/{n}" for t, n in sorted(self.per_image_s))
+            raise ConfigError(
+                "network",
+                f"{network} on the {tier} tier",
+                f"a network this calibration holds ({known}), or its times given with TierCalibration.with_times",
+            )
+        return self.per_image_s[key] * images
+
+    def with_times(self, network: str, per_image_s: dict[str, float], source: str) -> TierCalibration:
+        """The calibration with ``network``'s seconds per image on each tier added (measured on your devices)."""
+        for tier, seconds in per_image_s.items():
+            if tier not in _TABLE1_ROWS:
+                raise ConfigError("tier", tier, f"one of {', '.join(_TABLE1_ROWS)}")
+            if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
+                raise ConfigError(f"per_image_s[{tier!r}]", seconds, "a number of seconds > 0")
+        added = {(tier, network): float(s) for tier, s in per_image_s.items()}
+        return TierCalibration({**self.per_image_s, **added}, f"{self.source}; {network}: {source}", self.fitted_on)
+
+
+def zhang2018_calibration() -> TierCalibration:
+    """Table 1's stand-alone times per image (batch 50), for the networks ``edgelab.tier_models`` builds."""
+    table = load_reference("zhang2018/table1")
+    times = {}
+    for tier, row in _TABLE1_ROWS.items():
+        values = table[table["row"] == row].set_index("column")["value"].astype(float)
+        for network, column in _TABLE1_COLUMNS.items():
+            times[tier, network] = values[column] / 1e3
+    return TierCalibration(
+        times,
+        "zhang2018/table1: stand-alone inference, batch 50, mean of 200 tasks (ms/image)",
+        fitted_on=("zhang2018/table1",),
+    )
+
+
+def schedule(
+    stages: pd.DataFrame, spec: HierarchySpec, calibration: TierCalibration, networks: dict[str, str]
+) -> tuple[pd.DataFrame, float]:
+    """Emulated start and end of every stage of a job, and when the job ends (seconds from its start).
+
+    ``stages`` has a row per stage (task, stage "coarse" or "fine", device,
+    tier, images, bytes_in); ``networks`` names each tier's network.
+    """
+    need = {"task", "stage", "device", "tier", "images", "bytes_in"}
+    if not need <= set(stages.columns):
+        raise ConfigError("stages", sorted(stages.columns), f"a table with columns {sorted(need)}")
+    free: dict[str, float] = {}
+    done: dict[int, float] = {}
+    rows = []
+    for stage in ("coarse", "fine"):
+        for row in stages[stages["stage"] == stage].sort_values("task").itertuples():
+            tier = spec.tier(row.tier)
+            if tier is None:
+                raise ConfigError("stages", f"a stage on tier {row.tier}", "stages on the hierarchy's own tiers")
+            busy = calibration.stage_s(row.tier, networks[row.tier], int(row.images))
+            ready = 0.0
+            if stage == "fine":
+                busy += tier.latency_s + tier.transfer_s(int(row.bytes_in))
+                ready = done[row.task]
+            start = max(ready, free.get(row.device, 0.0))
+            end = start + busy
+            free[row.device] = end
+            if stage == "coarse":
+                done[row.task] = end
+            rows.append({"task": row.task, "stage": stage, "device": row.device, "start_s": start, "end_s": end})
+    timeline = pd.DataFrame(rows)
+    return timeline, float(timeline["end_s"].max()) if len(timeline) else 0.0
