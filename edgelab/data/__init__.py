@@ -15,11 +15,12 @@ from edgelab.errors import ConfigError
 
 __all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes"]
 
-DATASETS = ("mnist", "cifar10", "plantvillage_tomato")
+DATASETS = ("mnist", "cifar10", "cifar100", "plantvillage_tomato")
 # Keyword options each loader accepts beyond the common ones of `load_dataset`.
 _OPTIONS: dict[str, tuple[str, ...]] = {
     "mnist": (),
     "cifar10": ("variant",),
+    "cifar100": ("labels", "variant"),
     "plantvillage_tomato": ("image_size", "validation_fraction"),
 }
 
@@ -50,12 +51,15 @@ def load_dataset(
     seed : int
         Seed of the subsets and of any shuffle of the source.
     allow_download : bool | None
-        Whether a download (Keras for MNIST and CIFAR-10, kagglehub for PlantVillage) may be
+        Whether a download (Keras for MNIST, CIFAR-10 and CIFAR-100, kagglehub for PlantVillage) may be
         tried; None means yes unless ``EDGELAB_OFFLINE=1``.
     **options : Any
         Options of that dataset's loader: none for "mnist"; ``variant`` for "cifar10"
-        (`load_cifar10`: "auto", "full_jpeg", "lossless_subset" or "package_sample"); ``image_size``
-        and ``validation_fraction`` for "plantvillage_tomato" (`load_plantvillage`).
+        (`load_cifar10`: "auto", "full_jpeg", "lossless_subset" or "package_sample"); ``labels``
+        ("fine" or "coarse") and ``variant`` ("auto", "sample" or "cifar10_standin") for "cifar100"
+        (`load_cifar100`; offline, "auto" falls back to a CIFAR-10 stand-in with 5 coarse groups, and
+        says so in the provenance); ``image_size`` and ``validation_fraction`` for "plantvillage_tomato"
+        (`load_plantvillage`).
         PlantVillage has no test set: its validation split is returned as the test split.
 
     Returns
@@ -101,6 +105,10 @@ def load_dataset(
         from edgelab.data.cifar10 import load_cifar10
 
         full = load_cifar10(data_dir=data_dir, seed=seed, allow_download=allow_download, **options)
+    elif name == "cifar100":
+        from edgelab.data.cifar100 import load_cifar100
+
+        full = load_cifar100(data_dir=data_dir, seed=seed, allow_download=allow_download, **options)
     else:
         from edgelab.data.mnist import load_mnist
 
