@@ -293,3 +293,30 @@ def test_shared_mnist_file(shared_data_dir: Path) -> None:
     assert small.n_train == 1000 and small.full_train_size == 60000
     np.testing.assert_array_equal(small.x_train, again.x_train)
     np.testing.assert_array_equal(small.y_train, again.y_train)
+
+
+def test_a_keras_download_lands_in_the_data_directory_hash_checked_and_leaves_the_socket_timeout(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+    import socket
+
+    from edgelab.data.sources import keras_get_file
+
+    # Prepare: a "remote" file served by a file:// origin, and its sha256
+    remote = tmp_path / "remote" / "data.bin"
+    remote.parent.mkdir()
+    remote.write_bytes(b"real bytes" * 100)
+    digest = hashlib.sha256(remote.read_bytes()).hexdigest()
+    before = socket.getdefaulttimeout()
+
+    # Execute
+    path = keras_get_file("data.bin", remote.as_uri(), digest, tmp_path / "cache")
+
+    # Assert: in the directory asked for, the same bytes; the process' socket timeout as it was
+    assert path == tmp_path / "cache" / "data.bin"
+    assert path.read_bytes() == remote.read_bytes()
+    assert socket.getdefaulttimeout() == before
+    with pytest.raises(ValueError):  # a file whose hash differs is refused
+        keras_get_file("other.bin", remote.as_uri(), "0" * 64, tmp_path / "cache")
+    assert socket.getdefaulttimeout() == before

@@ -34,7 +34,6 @@ import importlib.util
 import io
 import os
 import pickle
-import socket
 import tarfile
 import zipfile
 import zlib
@@ -46,7 +45,7 @@ import PIL
 from PIL import Image
 
 from edgelab.data.dataset import Dataset
-from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, reference_sha256, sha256_file, verify_checksum
+from edgelab.data.sources import default_data_dir, keras_get_file, reference_sha256, sha256_file, verify_checksum
 from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -200,23 +199,10 @@ def _download(root: Path, allow_download: bool, tried: list[str]) -> Dataset | N
         tried.append("keras_download: skipped (allow_download=False or EDGELAB_OFFLINE=1)")
         return None
     try:
-        # Imported here: keras pulls in TensorFlow, which `import edgelab.data` must not.
-        import keras
-
-        # get_file falls back to /tmp/.keras when the directory is missing; create it instead.
-        root.mkdir(parents=True, exist_ok=True)
-        previous = socket.getdefaulttimeout()
-        socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
-        try:
-            fetched = keras.utils.get_file(
-                _TAR, KERAS_CIFAR10_ORIGIN, file_hash=KERAS_CIFAR10_SHA256, cache_dir=str(root), cache_subdir=""
-            )
-        finally:
-            socket.setdefaulttimeout(previous)
+        path = keras_get_file(_TAR, KERAS_CIFAR10_ORIGIN, KERAS_CIFAR10_SHA256, root)
     except Exception as exc:  # noqa: BLE001 - any network failure moves the chain on
         tried.append(f"keras_download: failed ({type(exc).__name__}: {exc})")
         return None
-    path = Path(fetched)
     tried.append(f"keras_download: downloaded {path}")
     status = _verify(path, path.parent, fallback=_KERAS_HASH)
     dataset = _official_dataset(_read_tar(path), "keras_download", path, status, tried)

@@ -44,7 +44,7 @@ import numpy as np
 from edgelab.data.cifar10 import CLASS_NAMES as CIFAR10_CLASS_NAMES
 from edgelab.data.cifar10 import _ArrayUnpickler, _verify, load_cifar10
 from edgelab.data.dataset import Dataset
-from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, sha256_file
+from edgelab.data.sources import default_data_dir, keras_get_file, sha256_file
 from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 LABELS = ("fine", "coarse")
@@ -204,23 +204,10 @@ def _download(root: Path, allow_download: bool, labels: str, tried: list[str]) -
         tried.append(f"keras_download: skipped ({_HOST} unreachable: {type(exc).__name__}: {exc})")
         return None
     try:
-        # Imported here: keras pulls in TensorFlow, which `import edgelab.data` must not.
-        import keras
-
-        # get_file falls back to /tmp/.keras when the directory is missing; create it instead.
-        root.mkdir(parents=True, exist_ok=True)
-        previous = socket.getdefaulttimeout()
-        socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
-        try:
-            fetched = keras.utils.get_file(
-                _TAR, KERAS_CIFAR100_ORIGIN, file_hash=KERAS_CIFAR100_SHA256, cache_dir=str(root), cache_subdir=""
-            )
-        finally:
-            socket.setdefaulttimeout(previous)
+        path = keras_get_file(_TAR, KERAS_CIFAR100_ORIGIN, KERAS_CIFAR100_SHA256, root)
     except Exception as exc:  # noqa: BLE001 - any network failure moves the chain on
         tried.append(f"keras_download: failed ({type(exc).__name__}: {exc})")
         return None
-    path = Path(fetched)
     tried.append(f"keras_download: downloaded {path}")
     status = _verify(path, path.parent, fallback=_KERAS_HASH)
     dataset = _official_dataset(_read_tar(path), "keras_download", path, status, labels, tried)

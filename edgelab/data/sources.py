@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from pathlib import Path
 
 from edgelab.errors import CorruptDataError
@@ -31,6 +32,24 @@ def default_data_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path(__file__).resolve().parents[2] / "data" / "cache"
+
+
+def keras_get_file(filename: str, origin: str, sha256: str, root: Path) -> Path:
+    """Download ``origin`` into ``root`` as ``filename`` with Keras' ``get_file`` (its hash checked), under a timeout.
+
+    Raises whatever the download raises: each loader records it and moves its chain on.
+    """
+    # Imported here: keras pulls in TensorFlow, which `import edgelab.data` must not.
+    import keras
+
+    # get_file falls back to /tmp/.keras when the directory is missing; create it instead.
+    root.mkdir(parents=True, exist_ok=True)
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        return Path(keras.utils.get_file(filename, origin, file_hash=sha256, cache_dir=str(root), cache_subdir=""))
+    finally:
+        socket.setdefaulttimeout(previous)
 
 
 def sha256_file(path: Path) -> str:
