@@ -178,8 +178,8 @@ class DeviceRuntime(WorkerPlugin):
     stages: dict[tuple[str, str], Any] = field(default_factory=dict)
     # All-reduce runs' weights and peers, by run id: edgelab.allreduce.
     peers: dict[str, Any] = field(default_factory=dict)
-    # How long each direct function last took here: a short one runs on the event loop (run()).
-    _last_s: dict[Callable[..., Any], float] = field(default_factory=dict)
+    # How long each kind of direct call last took here: a short one runs on the event loop (run()).
+    _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
@@ -236,13 +236,16 @@ class DeviceRuntime(WorkerPlugin):
         thread, where its tasks run too: one thing at a time per device, and
         the loop free for heartbeats.
         """
+        # Calls alike cost alike: a function's ``cost_key`` says which (a one-batch round and a whole epoch's
+        # of the same function are not alike, and an epoch must never block the loop).
+        key = (func, getattr(func, "cost_key", lambda *_: None)(*args))
         start = time.perf_counter()
-        if self._last_s.get(func, math.inf) < INLINE_MAX_S and self._worker.state.executing_count == 0:
+        if self._last_s.get(key, math.inf) < INLINE_MAX_S and self._worker.state.executing_count == 0:
             result = _as_device(self, func, args)
         else:
             executor = self._worker.executors["default"]
             result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
-        self._last_s[func] = time.perf_counter() - start
+        self._last_s[key] = time.perf_counter() - start
         return result
 
     async def _peer(self, **piece: Any) -> str:
@@ -565,6 +568,9 @@ def stop_monitor(dask_worker: Any = None) -> list[dict[str, float]]:
     rt.sampler = None
     return samples
 
+
+# Rounds of one model, batch size and number of batches cost alike; others need not (DeviceRuntime.run).
+train_round.cost_key = lambda task, _weights: (task.spec, task.steps, task.batch_size)  # type: ignore[attr-defined]
 
 #: What a client may call on a device directly, without the scheduler (``DeviceRuntime._direct``).
 DIRECT_FUNCTIONS: dict[str, Callable[..., Any]] = {"train_round": train_round}

@@ -155,3 +155,47 @@ def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thre
         assert calls[4] == "MainThread"
     finally:
         cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("where", None))
+
+
+@pytest.mark.integration
+def test_a_call_unlike_the_short_ones_before_it_goes_to_the_workers_thread(cluster: DeviceCluster) -> None:
+    # An epoch's round after one-batch rounds of the same function must not block the worker's loop.
+    def install(dask_worker: object) -> None:
+        import threading
+        import time
+
+        from edgelab import runtime
+
+        def sized(sleep_s: float) -> str:
+            time.sleep(sleep_s)
+            return threading.current_thread().name
+
+        sized.cost_key = lambda sleep_s: sleep_s > 0.01  # type: ignore[attr-defined]
+        runtime.DIRECT_FUNCTIONS["sized"] = sized
+
+    cluster.client.run(install)
+    fleet = Fleet.for_cluster(cluster, cluster.devices, prepare=lambda _: None)
+
+    def sized(sleep_s: float) -> str:
+        return str(fleet.direct(cluster.devices[1], "sized", sleep_s).result(timeout=30))
+
+    try:
+        calls = [sized(0.0), sized(0.0), sized(0.08), sized(0.0)]
+
+        assert calls[1] == "MainThread"  # short, and known to be
+        assert calls[2] != "MainThread"  # never run at this cost: the worker's thread
+        assert calls[3] == "MainThread"  # the short kind is still known to be short
+    finally:
+        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("sized", None))
+
+
+def test_rounds_of_one_batch_and_of_an_epoch_are_not_alike() -> None:
+    from edgelab.runtime import RoundTask, train_round
+
+    batch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 1, 64, 0)
+    epoch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 30, 64, 0)
+
+    assert train_round.cost_key(batch, []) != train_round.cost_key(epoch, [])  # type: ignore[attr-defined]
+    assert train_round.cost_key(batch, []) == train_round.cost_key(
+        RoundTask("s", ModelSpec("mlp"), 1, 5, 0, 3, 1, 64, 0), []
+    )  # type: ignore[attr-defined]
