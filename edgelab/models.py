@@ -27,12 +27,12 @@ and only device workers should pay it.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgelab.errors import ConfigError
 from edgelab.model_costs import activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
+from edgelab.seeding import seeded
 
 if TYPE_CHECKING:
     import keras
@@ -94,28 +94,6 @@ class ModelSpec:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
 
 
-class _Seeds:
-    """Seeds for a model's random initializers, drawn from the model's seed alone.
-
-    Keras draws an initializer's seed from Python's global ``random`` when it is
-    given none; in a Dask worker other threads draw from that generator too
-    while a model is built, so the same seed gave different weights from run to
-    run (ResNet's hundred initializers were hit most). These are the very seeds
-    Keras draws after ``keras.utils.set_random_seed(seed)`` in a quiet process
-    (``randint(1, 10**9)`` per initializer, in construction order), from a
-    private generator, so a model's weights are what they always were.
-    """
-
-    def __init__(self, seed: int) -> None:
-        self._random = random.Random(seed)
-
-    def __call__(self, kind: str) -> Any:
-        """A new initializer of class ``kind`` (e.g. ``"GlorotUniform"``) with the next seed."""
-        import keras
-
-        return getattr(keras.initializers, kind)(seed=self._random.randint(1, int(1e9)))
-
-
 def build_model(spec: ModelSpec) -> keras.Model:
     """Build and compile the Keras model a spec names.
 
@@ -125,31 +103,8 @@ def build_model(spec: ModelSpec) -> keras.Model:
     """
     import keras
 
-    keras.utils.set_random_seed(spec.seed)
-    seeds = _Seeds(spec.seed)
-    if is_resnet(spec.name):
-        model = _resnet(keras, resnet_blocks(spec.name), name=spec.name, seeds=seeds)
-    elif spec.name == "mlp":
-        layers = [
-            keras.Input((28, 28)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(128, activation="relu", kernel_initializer=seeds("GlorotUniform")),
-            keras.layers.Dense(64, activation="relu", kernel_initializer=seeds("GlorotUniform")),
-            keras.layers.Dense(10, activation="softmax", kernel_initializer=seeds("GlorotUniform")),
-        ]
-        model = keras.Sequential(layers, name=f"lenet_{spec.name}")
-    else:
-        layers = [
-            keras.Input((28, 28, 1)),
-            keras.layers.Conv2D(20, 5, activation="tanh", kernel_initializer=seeds("GlorotUniform")),  # (B, 24, 24, 20)
-            keras.layers.MaxPooling2D(2),  # (B, 12, 12, 20)
-            keras.layers.Conv2D(50, 5, activation="tanh", kernel_initializer=seeds("GlorotUniform")),  # (B, 8, 8, 50)
-            keras.layers.MaxPooling2D(2),  # (B, 4, 4, 50)
-            keras.layers.Flatten(),
-            keras.layers.Dense(500, activation="tanh", kernel_initializer=seeds("GlorotUniform")),
-            keras.layers.Dense(10, activation="softmax", kernel_initializer=seeds("GlorotUniform")),
-        ]
-        model = keras.Sequential(layers, name=f"lenet_{spec.name}")
+    with seeded(spec.seed):
+        model = _network(keras, spec.name)
     # For plain SGD Keras' decoupled decay equals MXNet's coupled wd, which
     # MXNet applies to weights only, never to biases.
     optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, weight_decay=spec.weight_decay or None)
@@ -162,6 +117,32 @@ def build_model(spec: ModelSpec) -> keras.Model:
     return model
 
 
+def _network(keras: Any, name: str) -> keras.Model:
+    """The uncompiled network ``name``; Keras draws each initializer's seed as the layer is made."""
+    if is_resnet(name):
+        return _resnet(keras, resnet_blocks(name), name=name)
+    if name == "mlp":
+        layers = [
+            keras.Input((28, 28)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+        return keras.Sequential(layers, name=f"lenet_{name}")
+    layers = [
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(20, 5, activation="tanh"),  # (B, 24, 24, 20)
+        keras.layers.MaxPooling2D(2),  # (B, 12, 12, 20)
+        keras.layers.Conv2D(50, 5, activation="tanh"),  # (B, 8, 8, 50)
+        keras.layers.MaxPooling2D(2),  # (B, 4, 4, 50)
+        keras.layers.Flatten(),
+        keras.layers.Dense(500, activation="tanh"),
+        keras.layers.Dense(10, activation="softmax"),
+    ]
+    return keras.Sequential(layers, name=f"lenet_{name}")
+
+
 def prepare_images(name: str, images_uint8: object) -> object:
     """Scale uint8 images to float32 in [0, 1] with the input shape the model expects."""
     import numpy as np
@@ -170,7 +151,7 @@ def prepare_images(name: str, images_uint8: object) -> object:
     return x[..., None] if name == "cnn" else x
 
 
-def _resnet(keras: Any, n: int, *, name: str, seeds: _Seeds) -> keras.Model:
+def _resnet(keras: Any, n: int, *, name: str) -> keras.Model:
     """CIFAR ResNet v1 with ``n`` basic blocks per stage (layer names match ``edgelab.model_costs``)."""
     layers = keras.layers
 
@@ -181,7 +162,7 @@ def _resnet(keras: Any, n: int, *, name: str, seeds: _Seeds) -> keras.Model:
             strides=strides,
             padding="same",
             use_bias=False,
-            kernel_initializer=seeds("HeNormal"),
+            kernel_initializer="he_normal",
             name=f"{prefix}_conv",
         )(x)
         return layers.BatchNormalization(name=f"{prefix}_bn")(x)
@@ -199,5 +180,5 @@ def _resnet(keras: Any, n: int, *, name: str, seeds: _Seeds) -> keras.Model:
             x = layers.Activation("relu", name=f"{prefix}_relu")(layers.Add(name=f"{prefix}_add")([y, shortcut]))
             c_in = c_out
     x = layers.GlobalAveragePooling2D(name="pool")(x)
-    outputs = layers.Dense(10, activation="softmax", kernel_initializer=seeds("GlorotUniform"), name="dense")(x)
+    outputs = layers.Dense(10, activation="softmax", name="dense")(x)
     return keras.Model(inputs, outputs, name=name)

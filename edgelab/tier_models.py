@@ -34,6 +34,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from edgelab.errors import ConfigError
+from edgelab.seeding import seeded
 
 if TYPE_CHECKING:
     import keras
@@ -55,10 +56,10 @@ def mobilenet(*, classes: int = 20, alpha: float = 0.5, seed: int = 0) -> keras.
     _check_classes(classes)
     if not 0 < alpha <= 1:
         raise ConfigError("alpha", alpha, "a width multiplier in (0, 1]")
-    keras.utils.set_random_seed(seed)
-    return keras.applications.MobileNet(
-        input_shape=INPUT_SHAPE, alpha=alpha, depth_multiplier=1, weights=None, classes=classes, name="mobilenet"
-    )
+    with seeded(seed):
+        return keras.applications.MobileNet(
+            input_shape=INPUT_SHAPE, alpha=alpha, depth_multiplier=1, weights=None, classes=classes, name="mobilenet"
+        )
 
 
 def resnet34(*, classes: int = 100, seed: int = 0) -> keras.Model:
@@ -66,27 +67,27 @@ def resnet34(*, classes: int = 100, seed: int = 0) -> keras.Model:
     import keras
 
     _check_classes(classes)
-    keras.utils.set_random_seed(seed)
-    layers = keras.layers
-    inputs = keras.Input(INPUT_SHAPE)
-    x = layers.Conv2D(64, 7, strides=2, padding="same", name="stem_conv")(inputs)  # 16x16x64, 9,472 parameters
-    x = layers.ReLU()(layers.BatchNormalization(name="stem_bn")(x))
-    for stage, (blocks, filters) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True)):
-        for block in range(blocks):
-            strides = 2 if stage > 0 and block == 0 else 1
-            name = f"stage{stage + 1}_block{block + 1}"
-            shortcut = x
-            y = layers.Conv2D(filters, 3, strides=strides, padding="same", use_bias=False, name=f"{name}_conv1")(x)
-            y = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn1")(y))
-            y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
-            y = layers.BatchNormalization(name=f"{name}_bn2")(y)
-            if strides != 1 or shortcut.shape[-1] != filters:
-                shortcut = layers.Conv2D(filters, 1, strides=strides, use_bias=False, name=f"{name}_proj")(shortcut)
-                shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
-            x = layers.ReLU()(layers.Add()([shortcut, y]))
-    x = layers.GlobalAveragePooling2D()(x)
-    outputs = layers.Dense(classes, activation="softmax", name="fc")(x)
-    return keras.Model(inputs, outputs, name="resnet34")
+    with seeded(seed):
+        layers = keras.layers
+        inputs = keras.Input(INPUT_SHAPE)
+        x = layers.Conv2D(64, 7, strides=2, padding="same", name="stem_conv")(inputs)  # 16x16x64, 9,472 parameters
+        x = layers.ReLU()(layers.BatchNormalization(name="stem_bn")(x))
+        for stage, (blocks, filters) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True)):
+            for block in range(blocks):
+                strides = 2 if stage > 0 and block == 0 else 1
+                name = f"stage{stage + 1}_block{block + 1}"
+                shortcut = x
+                y = layers.Conv2D(filters, 3, strides=strides, padding="same", use_bias=False, name=f"{name}_conv1")(x)
+                y = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn1")(y))
+                y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
+                y = layers.BatchNormalization(name=f"{name}_bn2")(y)
+                if strides != 1 or shortcut.shape[-1] != filters:
+                    shortcut = layers.Conv2D(filters, 1, strides=strides, use_bias=False, name=f"{name}_proj")(shortcut)
+                    shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
+                x = layers.ReLU()(layers.Add()([shortcut, y]))
+        x = layers.GlobalAveragePooling2D()(x)
+        outputs = layers.Dense(classes, activation="softmax", name="fc")(x)
+        return keras.Model(inputs, outputs, name="resnet34")
 
 
 def wide_resnet(
@@ -107,31 +108,33 @@ def wide_resnet(
         raise ConfigError("width", width, "an integer >= 1")
     if head not in WRN_HEADS:
         raise ConfigError("head", head, f"one of {', '.join(WRN_HEADS)}")
-    keras.utils.set_random_seed(seed)
-    layers = keras.layers
-    blocks = (depth - 4) // 6
-    inputs = keras.Input(INPUT_SHAPE)
-    x = layers.Conv2D(16, 3, padding="same", use_bias=False, name="stem_conv")(inputs)  # 432 parameters
-    for group, filters in enumerate((16 * width, 32 * width, 64 * width)):
-        for block in range(blocks):
-            strides = 2 if group > 0 and block == 0 else 1
-            name = f"group{group + 1}_block{block + 1}"
-            pre = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn1")(x))
-            y = layers.Conv2D(filters, 3, strides=strides, padding="same", use_bias=False, name=f"{name}_conv1")(pre)
-            y = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn2")(y))
-            y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
-            if strides != 1 or x.shape[-1] != filters:
-                x = layers.Conv2D(filters, 1, strides=strides, use_bias=False, name=f"{name}_proj")(pre)
-            x = layers.Add()([x, y])
-    x = layers.ReLU()(layers.BatchNormalization(name="final_bn")(x))
-    if head == "pooled":
-        x = layers.GlobalAveragePooling2D()(x)
-        outputs = layers.Dense(classes, activation="softmax", name="fc")(x)
-    else:
-        x = layers.AveragePooling2D(pool_size=8, strides=1, padding="same")(x)
-        x = layers.Flatten()(x)
-        outputs = layers.Dense(classes, activation="softmax", use_bias=False, name="fc")(x)
-    return keras.Model(inputs, outputs, name=f"wrn-{depth}-{width}" + ("" if head == "pooled" else "-flatten"))
+    with seeded(seed):
+        layers = keras.layers
+        blocks = (depth - 4) // 6
+        inputs = keras.Input(INPUT_SHAPE)
+        x = layers.Conv2D(16, 3, padding="same", use_bias=False, name="stem_conv")(inputs)  # 432 parameters
+        for group, filters in enumerate((16 * width, 32 * width, 64 * width)):
+            for block in range(blocks):
+                strides = 2 if group > 0 and block == 0 else 1
+                name = f"group{group + 1}_block{block + 1}"
+                pre = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn1")(x))
+                y = layers.Conv2D(filters, 3, strides=strides, padding="same", use_bias=False, name=f"{name}_conv1")(
+                    pre
+                )
+                y = layers.ReLU()(layers.BatchNormalization(name=f"{name}_bn2")(y))
+                y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
+                if strides != 1 or x.shape[-1] != filters:
+                    x = layers.Conv2D(filters, 1, strides=strides, use_bias=False, name=f"{name}_proj")(pre)
+                x = layers.Add()([x, y])
+        x = layers.ReLU()(layers.BatchNormalization(name="final_bn")(x))
+        if head == "pooled":
+            x = layers.GlobalAveragePooling2D()(x)
+            outputs = layers.Dense(classes, activation="softmax", name="fc")(x)
+        else:
+            x = layers.AveragePooling2D(pool_size=8, strides=1, padding="same")(x)
+            x = layers.Flatten()(x)
+            outputs = layers.Dense(classes, activation="softmax", use_bias=False, name="fc")(x)
+        return keras.Model(inputs, outputs, name=f"wrn-{depth}-{width}" + ("" if head == "pooled" else "-flatten"))
 
 
 def build_tier_network(name: str, *, seed: int = 0, **options: Any) -> keras.Model:

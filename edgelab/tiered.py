@@ -48,6 +48,7 @@ from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.errors import ConfigError
 from edgelab.hierarchy import HierarchySpec
 from edgelab.schemes import SCHEMES
+from edgelab.seeding import seeded
 from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS, build_tier_network
 
 #: The report's task size: images (or answers) per communication.
@@ -201,8 +202,8 @@ def _load(run_id: str, tier: str, network: Network, seed: int) -> str:
     elif isinstance(network, keras.Model):
         model = network
     else:
-        keras.utils.set_random_seed(seed)
-        model = network()
+        with seeded(seed):
+            model = network()
     model.predict(np.zeros((1, *model.input_shape[1:]), np.float32), verbose=0)
     _NETWORKS[run_id, tier] = model
     return str(get_worker().name)

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.errors import ConfigError
+from edgelab.seeding import seeded
 
 # Not stated in the paper: Keras' default Adam rate for the frozen phase, a common dropout.
 PHASE1_LEARNING_RATE = 1e-3
@@ -100,14 +101,12 @@ def targets(labels: np.ndarray, cfg: TransferConfig) -> np.ndarray:
 
 def build(cfg: TransferConfig) -> Any:
     """The flat 157-layer model of ``cfg``, seeded."""
-    import keras
-
     from edgelab.pipeline.partition import flat_mobilenet_v2
 
-    keras.utils.set_random_seed(cfg.seed)
-    return flat_mobilenet_v2(
-        len(cfg.classes), image_size=cfg.image_size, weights=cfg.weights, dropout=cfg.dropout, activation=cfg.output
-    )
+    with seeded(cfg.seed):
+        return flat_mobilenet_v2(
+            len(cfg.classes), image_size=cfg.image_size, weights=cfg.weights, dropout=cfg.dropout, activation=cfg.output
+        )
 
 
 def train(
