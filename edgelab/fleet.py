@@ -62,6 +62,8 @@ RESTART_WAIT_S = 60.0
 REVIVE_AFTER_S = 20.0
 # After an error that looks like a lost connection, how long to wait for the scheduler to confirm the loss.
 CONFIRM_S = 10.0
+# Once a device is found lost, how long to keep looking for others lost with it (one power cut, one recovery).
+SETTLE_S = 2 * POLL_S
 # Recoveries per step before we stop trying.
 MAX_RECOVERIES = 3
 # Longest a step may take while every device stays connected (a paused or hung worker).
@@ -361,14 +363,13 @@ class Fleet:
                 self.last_attempt_s = time.perf_counter() - start
                 return result
             except Exception as exc:
-                lost = self._confirm_lost(exc)
+                lost, detected = self._confirm_lost(exc)
                 if not lost:
                     raise
                 if attempt == MAX_RECOVERIES:
                     raise WorkerLostError(
                         f"devices kept dying: {MAX_RECOVERIES} recoveries in {phase} {at}, last {lost} after {exc!r}"
                     ) from exc
-                detected = time.perf_counter()
                 if pending is not None:
                     # Lost again while being prepared: that recovery ends here, a new one starts.
                     self._record(pending, resumed=False)
@@ -379,20 +380,34 @@ class Fleet:
                     pending = None
         raise AssertionError("unreachable")
 
-    def _confirm_lost(self, exc: BaseException) -> list[str]:
-        """Devices lost, by the scheduler's view (waited for briefly when the error says a connection broke)."""
+    def _confirm_lost(self, exc: BaseException) -> tuple[list[str], float]:
+        """Devices lost, by the scheduler's view, and when the first was seen lost.
+
+        Waited for briefly when the error says a connection broke; once one
+        device is found lost, the others that died with it (a shared power
+        supply) are looked for a moment longer, so they recover together
+        rather than one after the other.
+        """
         if isinstance(exc, _DeviceLost):
-            return exc.devices
-        named = [exc.device] if isinstance(exc, StateMissingError) and exc.device in self.devices else []
-        # A device that reports no shard has restarted, even if its new worker got the old address back.
-        self._restarted.update(named)
-        looks_lost = named or isinstance(exc, OSError | KilledWorker | CancelledError)
-        deadline = time.monotonic() + (CONFIRM_S if looks_lost else 0.0)
-        while True:
-            lost = sorted({*self.lost(), *named})
-            if lost or time.monotonic() >= deadline:
-                return lost
-            time.sleep(0.05)
+            lost = sorted(exc.devices)
+        else:
+            named = [exc.device] if isinstance(exc, StateMissingError) and exc.device in self.devices else []
+            # A device that reports no shard has restarted, even if its new worker got the old address back.
+            self._restarted.update(named)
+            looks_lost = named or isinstance(exc, OSError | KilledWorker | CancelledError)
+            deadline = time.monotonic() + (CONFIRM_S if looks_lost else 0.0)
+            while True:
+                lost = sorted({*self.lost(), *named})
+                if lost or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        detected = time.perf_counter()
+        if lost:
+            settle = time.monotonic() + SETTLE_S
+            while len(lost) < len(self.devices) and time.monotonic() < settle:
+                time.sleep(0.05)
+                lost = sorted({*lost, *self.lost()})
+        return lost, detected
 
     def _await_return(self, lost: list[str], pending: _Pending) -> None:
         """Wait until every lost device runs again (at a new address); cancel what the failed attempt left."""
