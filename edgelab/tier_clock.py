@@ -35,6 +35,7 @@ import pandas as pd
 from edgelab.errors import ConfigError
 from edgelab.hierarchy import HierarchySpec
 from edgelab.reference import load_reference
+from edgelab.schemes import Hierarchy, TierTimes
 
 # Table 1's rows and columns, by tier and by the networks edgelab builds for them.
 _TABLE1_ROWS = {
@@ -123,3 +124,31 @@ def schedule(
             rows.append({"task": row.task, "stage": stage, "device": row.device, "start_s": start, "end_s": end})
     timeline = pd.DataFrame(rows)
     return timeline, float(timeline["end_s"].max()) if len(timeline) else 0.0
+
+
+def analytic_hierarchy(
+    spec: HierarchySpec, calibration: TierCalibration, networks: dict[str, str], task_size: int
+) -> Hierarchy:
+    """The report's model of ``spec`` (``edgelab.schemes``) for tasks of ``task_size`` CIFAR images.
+
+    A tier's per-task time is its network's ``task_size`` images on the
+    calibration, plus (above the end) the tier's latency and the transfer of
+    the task's images at its bandwidth: the same costs ``schedule`` charges.
+    """
+    task_bytes = task_size * 32 * 32 * 3
+
+    def times(name: str, upper: bool) -> TierTimes:
+        tier = spec.tier(name)
+        if tier is None or not tier.devices:
+            return TierTimes(0.0, 0.0)
+        link = tier.latency_s + tier.transfer_s(task_bytes) if upper else 0.0
+        return TierTimes(link, calibration.stage_s(name, networks[name], task_size))
+
+    return Hierarchy(
+        spec.count("end"),
+        spec.count("edge"),
+        spec.count("cloud"),
+        times("end", False),
+        times("edge", True),
+        times("cloud", True),
+    )

@@ -10,7 +10,7 @@ import pytest
 from edgelab.errors import ConfigError
 from edgelab.hierarchy import ZHANG2018, start_hierarchy
 from edgelab.seeding import seeded
-from edgelab.tiered import assignment, run_scheme
+from edgelab.tiered import assignment, deploy, run_scheme
 
 SMALL = ZHANG2018.scaled(end=2, edge=1)
 
@@ -93,3 +93,24 @@ def test_every_task_is_answered_once_at_its_end_device_and_once_above(hierarchy:
     if run.fine is not None:
         assert run.fine.shape == (7,) and run.fine.max() < 100
     assert (run.stages["cpu_s"] > 0).all()
+
+
+@pytest.mark.integration
+def test_a_deployment_serves_many_jobs_with_the_answers_of_a_fresh_one(hierarchy: object) -> None:
+    # Prepare: the end and edge networks built once, for tasks of 2 (and the short last task of 1)
+    images = np.random.default_rng(1).integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
+    fresh = run_scheme(hierarchy, SMALL, "End-Edge", images, task_size=2, networks=NETWORKS)  # type: ignore[arg-type]
+
+    # Execute: two jobs on one deployment; a scheme that needs the cloud, which it lacks
+    with deploy(hierarchy, SMALL, NETWORKS, tiers=("end", "edge"), batch_sizes=(1, 2)) as deployed:  # type: ignore[arg-type]
+        runs = [run_scheme(hierarchy, SMALL, "End-Edge", images, task_size=2, deployment=deployed) for _ in range(2)]  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"deployment=.* is not allowed: the cloud network on \['cloud-0'\]"):
+            run_scheme(hierarchy, SMALL, "End-Cloud", images, task_size=2, deployment=deployed)  # type: ignore[arg-type]
+        # Every end device's images went to the worker that holds its network
+        assert set(deployed.addresses) == {"end-0", "end-1", "edge-0"}
+        assert set(deployed.networks) == {"end", "edge"}  # named by the models themselves (builders here)
+
+    # Assert: the same answers, job after job
+    for run in runs:
+        np.testing.assert_array_equal(run.coarse, fresh.coarse)
+        np.testing.assert_array_equal(run.fine, fresh.fine)  # type: ignore[arg-type]

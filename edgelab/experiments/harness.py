@@ -98,10 +98,23 @@ class Plan(ABC):
     def execute(self, cluster: DeviceCluster, run: Any, context: dict[str, Any]) -> Outcome:
         """Execute one run on ``cluster``; ``context`` is what ``setup`` measured once per cluster."""
 
+    def start_cluster(self, runs: list[Any], dashboard_address: str) -> DeviceCluster:
+        """Start (or attach) the cluster ``runs`` need: by default ``devices_needed`` devices of the profile."""
+        return connect(
+            self.devices_needed(runs),
+            profile=self.profile.name,
+            scheduler_address=self.scheduler_address,
+            dashboard_address=dashboard_address,
+        )
+
     def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
         """Measure once per cluster what every run records: the host calibration and the cluster."""
         profile = cluster.profile if not cluster.emulated else self.profile
         return {"calibration": calibrate(profile).to_dict(), "cluster": cluster.info}
+
+    def teardown(self, context: dict[str, Any]) -> None:
+        """Free what ``setup`` placed on the cluster (nothing by default); runs even when a run fails."""
+        return None
 
 
 def missing_dataset(name: str, data_dir: str | None = None, **options: Any) -> str | None:
@@ -127,12 +140,7 @@ def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = "1
     todo = pending(plan, store)
     if not todo:
         return None
-    return connect(
-        plan.devices_needed(todo),
-        profile=plan.profile.name,
-        scheduler_address=plan.scheduler_address,
-        dashboard_address=dashboard_address,
-    )
+    return plan.start_cluster(todo, dashboard_address)
 
 
 def run(
@@ -174,12 +182,15 @@ def run(
         try:
             # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
             context = {**plan.setup(cluster), "store": store}
-            progress_file.report(0, len(todo))
-            for done, item in enumerate(todo, start=1):
-                store.put(plan.run_params(item), *plan.execute(cluster, item, context))
-                progress_file.report(done, len(todo), item)
-                if progress is not None:
-                    progress(done, len(todo), item)
+            try:
+                progress_file.report(0, len(todo))
+                for done, item in enumerate(todo, start=1):
+                    store.put(plan.run_params(item), *plan.execute(cluster, item, context))
+                    progress_file.report(done, len(todo), item)
+                    if progress is not None:
+                        progress(done, len(todo), item)
+            finally:
+                plan.teardown(context)
         finally:
             if own:
                 cluster.close()
