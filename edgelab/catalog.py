@@ -87,7 +87,11 @@ _HIERARCHY = "the end/edge/cloud hierarchy (Zhang 2018's tiers, schemes, privacy
 _MODEL_PARALLEL = "model-parallel training and on-device model design (GPipe, 1F1B, DeepThings, DDNN, compression)"
 _STRATEGIES = "the survey's synchronization strategies (all-reduce, gossip, FedAvg, compressors, stragglers)"
 PLANNED: dict[str, str] = {
-    **{f"zhang2018/{item}": _HIERARCHY for item in _IDS["zhang2018"] if item != "fig2"},
+    **{
+        f"zhang2018/{item}": _HIERARCHY
+        for item in _IDS["zhang2018"]
+        if item not in ("fig2", "fig3", "eq1", "eq2", "eq3", "eq4", "eq5", "eq6")
+    },
     "qiao/fig1-1": _HIERARCHY,
     "qiao/method-placement": _HIERARCHY,
     **{

@@ -1,0 +1,337 @@
+"""Zhang 2018, the four scheduling schemes against the number of end devices: Figure 3.
+
+A job of ``tasks`` tasks of ``task_size`` CIFAR-100 test images comes from
+the end devices (task i to end device i mod N_end). Under each scheme
+(``edgelab.tiered``) every task gets its coarse answer on its end device and,
+except under End, its fine answer on an edge device or the cloud. Every run
+is real: the report's networks (``edgelab.tier_models``) built once on every
+device of the hierarchy, each stage an inference pinned to its device, the
+images crossing from end to upper device over Dask's worker-to-worker comms.
+
+Time is the hierarchy's clock (``edgelab.tier_clock``): each stage's images
+at Table 1's stand-alone time per image of its network on its tier, plus each
+upper tier's latency and the transfer of the task's bytes, placed in the
+order the run's stages went. Beside it stand the report's equations (eq1-eq6)
+for the same job, which add the two stages without overlap. Mapping runs both
+with the report's N_map = 1 and with eq4's N_map for the job.
+
+The report's Figure 3 prints no values, and its job (200 tasks of 50 images)
+puts 10,000 images through WRN-28-10, hours of CPU on a laptop: the smoke
+profile runs a small job, and the figure adds the equations at the report's
+job, labelled as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab import schemes
+from edgelab.cluster import DeviceCluster, connect
+from edgelab.data import Dataset, load_dataset
+from edgelab.devices import DeviceProfile, get_profile
+from edgelab.errors import ConfigError
+from edgelab.experiments import harness
+from edgelab.experiments.harness import Outcome
+from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
+from edgelab.results import StoredRun
+from edgelab.schemes import SCHEMES, completion_times
+from edgelab.tier_clock import TierCalibration, analytic_hierarchy, schedule, zhang2018_calibration
+from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS
+from edgelab.tiered import deploy, run_scheme
+
+EXPERIMENT = "zhang2018_schemes"
+MEASUREMENT_REVISION = 1
+#: The report's job: the CIFAR-100 test set in tasks of 50 images.
+REPORT_TASKS, REPORT_TASK_SIZE = 200, 50
+#: Mapping's two choices of end devices per edge device: the report's 1, and eq4's for the job.
+MAPPINGS = ("paper", "eq4")
+
+FULL_PROFILE: dict[str, Any] = {
+    "profile": "full",
+    "end_devices": [1, 2, 3, 4, 5, 6, 7, 8],
+    "tasks": 200,
+    "task_size": 2,
+    "repeats": 5,
+}
+
+
+@dataclass(frozen=True)
+class SchemesParams:
+    """Every knob of the experiment; defaults are the smoke profile."""
+
+    end_devices: tuple[int, ...] = (1, 2, 4, 6, 8)
+    schemes: tuple[str, ...] = SCHEMES
+    tasks: int = 16
+    task_size: int = 2
+    repeats: int = 1
+    edge_devices: int = 4
+    cloud_devices: int = 1
+    edge_latency_s: float = 0.5
+    cloud_latency_s: float = 1.0
+    end_network: str = TIER_NETWORKS["end"]
+    edge_network: str = TIER_NETWORKS["edge"]
+    cloud_network: str = TIER_NETWORKS["cloud"]
+    scheduler_address: str | None = None
+    data_dir: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for scheme in self.schemes:
+            if scheme not in SCHEMES:
+                raise ConfigError("schemes", scheme, f"names among {', '.join(SCHEMES)}")
+        if not self.end_devices or any(_bad_int(n, 1) for n in self.end_devices):
+            raise ConfigError("end_devices", self.end_devices, "a list of integers >= 1")
+        for name in ("tasks", "task_size", "repeats"):
+            if _bad_int(getattr(self, name), 1):
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        for name in ("edge_devices", "cloud_devices"):
+            if _bad_int(getattr(self, name), 0):
+                raise ConfigError(name, getattr(self, name), "an integer >= 0")
+        for name in ("edge_latency_s", "cloud_latency_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ConfigError(name, value, "a number of seconds >= 0")
+        if self.tasks < max(self.end_devices):
+            raise ConfigError("tasks", self.tasks, f">= the most end devices ({max(self.end_devices)}), so each works")
+        for name in ("end_network", "edge_network", "cloud_network"):
+            if getattr(self, name) not in TIER_NETWORK_NAMES:
+                raise ConfigError(name, getattr(self, name), f"one of {', '.join(TIER_NETWORK_NAMES)}")
+
+    @property
+    def networks(self) -> dict[str, str]:
+        """Each tier's network."""
+        return {"end": self.end_network, "edge": self.edge_network, "cloud": self.cloud_network}
+
+    def hierarchy(self, n_end: int | None = None) -> HierarchySpec:
+        """The report's hierarchy with this experiment's device counts and latencies."""
+        spec = ZHANG2018.scaled(end=n_end or max(self.end_devices), edge=self.edge_devices, cloud=self.cloud_devices)
+        tiers = tuple(
+            replace(t, latency_s={"edge": self.edge_latency_s, "cloud": self.cloud_latency_s}.get(t.name, t.latency_s))
+            for t in spec.tiers
+        )
+        return replace(spec, tiers=tiers)
+
+
+def _bad_int(value: object, least: int) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or value < least
+
+
+@dataclass(frozen=True)
+class SchemeRunKey:
+    """One run: a scheme on the first ``n_end`` end devices; Mapping's ``mapping`` is "paper" or "eq4"."""
+
+    scheme: str
+    n_end: int
+    mapping: str | None
+    repeat: int
+
+
+@dataclass
+class Plan(harness.Plan):
+    """Validated work: the images, the hierarchy, its calibration, every run."""
+
+    params: SchemesParams
+    images: np.ndarray
+    dataset: Dataset
+    profile: DeviceProfile
+    runs: list[SchemeRunKey]
+    calibration: TierCalibration
+
+    def n_map(self, run: SchemeRunKey) -> int | None:
+        """End devices per edge device of a Mapping run (None for the other schemes)."""
+        if run.scheme != "Mapping":
+            return None
+        if run.mapping == "paper":
+            return 1
+        return schemes.n_map(self.analytic(run.n_end))
+
+    def analytic(self, n_end: int, task_size: int | None = None) -> Any:
+        """The report's model (``edgelab.schemes.Hierarchy``) of the hierarchy with ``n_end`` end devices."""
+        p = self.params
+        return analytic_hierarchy(p.hierarchy(n_end), self.calibration, p.networks, task_size or p.task_size)
+
+    def run_params(self, run: SchemeRunKey) -> dict[str, Any]:
+        """What a run's result depends on: its results-store key."""
+        p = self.params
+        d = self.dataset
+        return {
+            "experiment": EXPERIMENT,
+            "measurement_revision": MEASUREMENT_REVISION,
+            "scheme": run.scheme,
+            "n_end": run.n_end,
+            "n_map": self.n_map(run),
+            "repeat": run.repeat,
+            "tasks": p.tasks,
+            "task_size": p.task_size,
+            "hierarchy": p.hierarchy().to_dict(),
+            "networks": p.networks,
+            "dataset": {"name": d.name, "source": d.source, "n_test": d.n_test},
+            "seed": p.seed,
+            "cluster": p.scheduler_address or "emulated",
+        }
+
+    def devices_needed(self, runs: list[SchemeRunKey]) -> int:
+        """Every device of the hierarchy with the most end devices."""
+        return sum(self.params.hierarchy().count(t) for t in ("end", "edge", "cloud"))
+
+    def start_cluster(self, runs: list[SchemeRunKey], dashboard_address: str) -> DeviceCluster:
+        """The emulated hierarchy (one worker per device, pinned by name and tier), or the scheduler given."""
+        if self.params.scheduler_address:
+            return connect(self.devices_needed(runs), scheduler_address=self.params.scheduler_address)
+        return start_hierarchy(self.params.hierarchy(), dashboard_address=dashboard_address)
+
+    def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
+        """Build every tier's network on each of its devices, once for all runs."""
+        p = self.params
+        sizes = tuple(sorted({p.task_size, len(self.images) % p.task_size or p.task_size}))
+        deployment = deploy(cluster, p.hierarchy(), p.networks, seed=p.seed, batch_sizes=sizes)
+        return {"cluster": cluster.info, "deployment": deployment}
+
+    def teardown(self, context: dict[str, Any]) -> None:
+        """Drop the networks from the devices."""
+        context["deployment"].release()
+
+    def execute(self, cluster: DeviceCluster, run: SchemeRunKey, context: dict[str, Any]) -> Outcome:
+        """Run the job through one scheme on the first ``n_end`` end devices."""
+        p = self.params
+        result = run_scheme(
+            cluster,
+            p.hierarchy(run.n_end),
+            run.scheme,
+            self.images,
+            task_size=p.task_size,
+            n_map=self.n_map(run),
+            deployment=context["deployment"],
+        )
+        summary = {
+            "cluster": context["cluster"],
+            "dataset": self.dataset.provenance(),
+            "calibration": self.calibration.source,
+            "host_wall_s": result.host_wall_s,
+        }
+        arrays = {"coarse": result.coarse}
+        if result.fine is not None:
+            arrays["fine"] = result.fine
+        return summary, {"stages": result.stages}, arrays
+
+
+def prepare(**kwargs: Any) -> Plan:
+    """Load the job's images and check every run, before any cluster work."""
+    params = harness.parse_params(SchemesParams, kwargs, sequences=("end_devices", "schemes"))
+    calibration = zhang2018_calibration()
+    for tier, network in params.networks.items():
+        calibration.stage_s(tier, network, 1)  # refuses a network the calibration does not hold
+    runs = []
+    for n_end in sorted(set(params.end_devices)):
+        for scheme in params.schemes:
+            for mapping in MAPPINGS if scheme == "Mapping" else (None,):
+                runs += [SchemeRunKey(scheme, n_end, mapping, r) for r in range(params.repeats)]
+    nothing = np.zeros((0, 32, 32, 3), np.uint8)
+    plan = Plan(params, nothing, None, get_profile("native"), runs, calibration)  # type: ignore[arg-type]
+    for run in runs:
+        _check_run(plan, run)
+    dataset = load_dataset(
+        "cifar100", data_dir=params.data_dir, test_limit=params.tasks * params.task_size, seed=params.seed
+    )
+    return replace(plan, images=dataset.x_test, dataset=dataset)
+
+
+def _check_run(plan: Plan, run: SchemeRunKey) -> None:
+    """The scheme can run on the hierarchy with ``run.n_end`` end devices (raises ConfigError otherwise)."""
+    from edgelab.tiered import assignment
+
+    assignment(run.scheme, plan.params.hierarchy(run.n_end), plan.n_map(run))
+
+
+def missing_data(data_dir: str | None = None) -> str | None:
+    """Why the notebook cannot run here: no source supplies CIFAR-100 or its stand-in; None if one does."""
+    return harness.missing_dataset("cifar100", data_dir)
+
+
+pending = harness.pending
+run = harness.run
+
+
+# ------------------------------------------------------------ summaries ----
+
+
+def summarize(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """A row per run: the clock's completion time, the equations' for the same job, the host's wall time."""
+    p = plan.params
+    rows = []
+    for run, result in harness.by_run(plan, stored).items():
+        stages = result.tables["stages"]
+        _, clock_s = schedule(stages, p.hierarchy(run.n_end), plan.calibration, p.networks)
+        mapped = plan.n_map(run)
+        predicted = completion_times(p.tasks, plan.analytic(run.n_end), mapped)
+        rows.append(
+            {
+                "scheme": run.scheme,
+                "mapping": run.mapping or "-",
+                "n_map": mapped if mapped is not None else "-",
+                "n_end": run.n_end,
+                "repeat": run.repeat,
+                "clock_s": clock_s,
+                "equations_s": predicted[run.scheme],
+                "host_wall_s": float(result.summary["host_wall_s"]),
+                "fine_stages": int((stages["stage"] == "fine").sum()),
+                "on_cloud": int((stages["tier"] == "cloud").sum()),
+                "on_edge": int((stages["tier"] == "edge").sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def report_job(plan: Plan) -> pd.DataFrame:
+    """The equations at the report's job (200 tasks of 50 images) on the same calibration: no run behind them."""
+    rows = []
+    for n_end in sorted(set(plan.params.end_devices)):
+        h = plan.analytic(n_end, REPORT_TASK_SIZE)
+        times = completion_times(REPORT_TASKS, h, 1)
+        times_eq4 = completion_times(REPORT_TASKS, h)
+        for scheme in plan.params.schemes:
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "mapping": "paper" if scheme == "Mapping" else "-",
+                    "n_end": n_end,
+                    "equations_s": times[scheme],
+                }
+            )
+            if scheme == "Mapping":
+                rows.append(
+                    {
+                        "scheme": scheme,
+                        "mapping": "eq4",
+                        "n_end": n_end,
+                        "equations_s": times_eq4[scheme],
+                        "n_map": schemes.n_map(h),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def deterministic_facts(plan: Plan) -> pd.DataFrame:
+    """Values that depend only on the parameters: where each scheme sends second stages, checked by nbval."""
+    from edgelab.tiered import assignment
+
+    rows = []
+    for n_end in sorted(set(plan.params.end_devices)):
+        for scheme in plan.params.schemes:
+            for mapping in MAPPINGS if scheme == "Mapping" else (None,):
+                key = SchemeRunKey(scheme, n_end, mapping, 0)
+                targets = assignment(scheme, plan.params.hierarchy(n_end), plan.n_map(key))
+                rows.append(
+                    {
+                        "n_end": n_end,
+                        "scheme": scheme + (f" ({mapping})" if mapping else ""),
+                        "n_map": plan.n_map(key) or "-",
+                        "to edge": targets.count("edge"),
+                        "to cloud": targets.count("cloud"),
+                    }
+                )
+    return pd.DataFrame(rows)

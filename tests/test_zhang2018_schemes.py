@@ -1,0 +1,101 @@
+"""Zhang 2018's Figure 3 experiment: its plan, checked before any cluster work, and its claims, read off the runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from edgelab.errors import ConfigError
+from edgelab.experiments import zhang2018_schemes as exp
+from edgelab.figures import zhang2018_schemes as fig
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scheme": "End"}, r"scheme='End' is not allowed: a parameter among"),
+        ({"schemes": ["End", "Cloud-Only"]}, r"schemes='Cloud-Only' is not allowed"),
+        ({"end_devices": [0, 2]}, r"end_devices=\(0, 2\) is not allowed"),
+        ({"tasks": 4}, r"tasks=4 is not allowed: >= the most end devices \(8\)"),
+        ({"edge_latency_s": -0.5}, r"edge_latency_s=-0.5 is not allowed"),
+        ({"cloud_network": "vgg16"}, r"cloud_network='vgg16' is not allowed: one of mobilenet"),
+        ({"edge_devices": 0}, r"edge.devices=0 is not allowed: at least 1 for scheme End-Edge"),
+        ({"cloud_devices": 0, "schemes": ["End-Cloud"]}, r"cloud.devices=0 is not allowed"),
+    ],
+)
+def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        exp.prepare(data_dir="/nonexistent/edgelab-data", **kwargs)
+
+
+def _plan(**kwargs: object) -> exp.Plan:
+    """A plan whose images are never used: the checks run before the data loads."""
+    params = exp.SchemesParams(**kwargs)  # type: ignore[arg-type]
+    calibration = exp.zhang2018_calibration()
+    return exp.Plan(params, None, None, exp.get_profile("native"), [], calibration)  # type: ignore[arg-type]
+
+
+def test_mapping_sends_the_first_end_devices_to_the_edges_and_eq4_sets_how_many() -> None:
+    facts = exp.deterministic_facts(_plan(end_devices=(1, 2, 3, 4, 5, 6, 7, 8), tasks=16)).set_index(
+        ["n_end", "scheme"]
+    )
+    assert facts.loc[(8, "Mapping (paper)"), ["to edge", "to cloud"]].tolist() == [4, 4]
+    assert facts.loc[(3, "Mapping (paper)"), ["to edge", "to cloud"]].tolist() == [3, 0]
+    assert facts.loc[(8, "End-Cloud"), ["to edge", "to cloud"]].tolist() == [0, 8]
+    # eq4 with tasks of 2 images: the edge's 0.5 s latency dwarfs an end device's 10.4 ms, so every end device
+    # fits on the edges: ceil((0.5 + 2 x 5.53 ms + transfer) / (2 x 5.20 ms)) = 50
+    assert facts.loc[(8, "Mapping (eq4)"), "n_map"] == 50
+    assert facts.loc[(8, "Mapping (eq4)"), ["to edge", "to cloud"]].tolist() == [8, 0]
+
+
+def test_the_report_job_puts_three_end_devices_on_each_edge_by_eq4() -> None:
+    # Table 1: a 50-image task takes 0.26 s on an end device, 0.5 s + 0.2765 s + 0.0123 s on an edge (1 Gbit/s)
+    report = exp.report_job(_plan())
+    assert set(report.loc[report["mapping"] == "eq4", "n_map"]) == {3}
+    end = report[(report["scheme"] == "End") & (report["n_end"] == 8)]["equations_s"].item()
+    assert end == pytest.approx(200 / 8 * 50 * 5.20e-3)
+
+
+def _summary(times: dict[str, list[float]]) -> pd.DataFrame:
+    rows = []
+    for scheme, values in times.items():
+        for n_end, t in enumerate(values, start=1):
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "mapping": "paper" if scheme == "Mapping" else "-",
+                    "n_map": 1,
+                    "n_end": n_end,
+                    "clock_s": t,
+                    "equations_s": t,
+                    "host_wall_s": 1.0,
+                    "on_cloud": 0,
+                    "on_edge": 0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_the_claims_are_read_off_the_curves() -> None:
+    plan = _plan(end_devices=(1, 2, 3, 4, 5, 6), tasks=16)
+    curves = _summary(
+        {
+            "End": [8.0, 4.0, 2.7, 2.0, 1.6, 1.3],
+            "End-Cloud": [20.0, 19.0, 18.5, 18.2, 18.1, 18.0],  # the cloud is the bottleneck
+            "End-Edge": [10.0, 6.0, 4.0, 3.0, 2.6, 2.3],
+            "Mapping": [10.0, 6.0, 4.0, 3.0, 6.0, 8.0],  # = End-Edge up to 4 end devices, then slower
+        }
+    )
+    verdicts = fig.claims(curves, exp.report_job(plan), plan).set_index("claim")["verdict"]
+    assert verdicts["zhang2018/C15"] == "holds"
+    assert verdicts["zhang2018/C16"] == "not tested"
+    assert verdicts["zhang2018/C17"] == "holds"
+    assert verdicts["zhang2018/C18"] == "holds"  # the gap 2.0 -> 1.0 s shrinks
+    assert verdicts["zhang2018/C19"] == "holds"
+    assert verdicts["zhang2018/C20"] == "holds"
+    assert verdicts["zhang2018/C21"] == "holds"
+    assert verdicts["zhang2018/C23"] == "does not hold"  # eq4 gives 3 at the report's job
+    # Mapping slower than End-Cloud at one point: C21 fails
+    curves.loc[(curves["scheme"] == "Mapping") & (curves["n_end"] == 6), "clock_s"] = 30.0
+    verdicts = fig.claims(curves, exp.report_job(plan), plan).set_index("claim")["verdict"]
+    assert verdicts["zhang2018/C21"] == "does not hold"
