@@ -31,6 +31,8 @@ Keras model (or a function that builds one) can stand in for a tier's.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgelab.errors import ConfigError
@@ -166,6 +168,41 @@ def sizes(model: keras.Model) -> dict[str, int]:
         "with_momentum_bytes": 4 * (total + trainable),
         "with_adam_bytes": 4 * (total + 2 * trainable),
     }
+
+
+#: The optimizer the report trains each network with (its section 4.1); a checkpoint holds its state.
+REPORT_OPTIMIZERS = {
+    "mobilenet": "adam",
+    "resnet34": "adam",
+    "wrn-28-10": "sgd_nesterov",
+    "wrn-28-10-flatten": "sgd_nesterov",
+}
+
+
+def saved_bytes(model: keras.Model, optimizer: str, folder: str | os.PathLike[str]) -> dict[str, int]:
+    """Bytes of the weights file Keras writes for ``model`` alone and once compiled with ``optimizer``.
+
+    ``optimizer`` is ``"adam"``, ``"sgd_nesterov"`` (momentum 0.9) or
+    ``"sgd"``. A compiled model's weights file holds the optimizer's slots
+    too, which is what the report's file sizes show (the catalog's P-size).
+    The model is compiled in place.
+    """
+    import keras
+
+    makers = {
+        "adam": lambda: keras.optimizers.Adam(0.01),
+        "sgd_nesterov": lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+        "sgd": lambda: keras.optimizers.SGD(0.1),
+    }
+    if optimizer not in makers:
+        raise ConfigError("optimizer", optimizer, f"one of {', '.join(makers)}")
+    folder = Path(folder)
+    alone, compiled = folder / f"{model.name}.weights.h5", folder / f"{model.name}-{optimizer}.weights.h5"
+    model.save_weights(alone)
+    model.compile(optimizer=makers[optimizer](), loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    model.save_weights(compiled)
+    return {"weights_file_bytes": alone.stat().st_size, "with_optimizer_file_bytes": compiled.stat().st_size}
 
 
 def _check_classes(classes: int) -> None:

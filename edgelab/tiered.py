@@ -249,6 +249,33 @@ def run_scheme(
     return SchemeRun(scheme, spec.to_dict(), pd.DataFrame(rows), coarse_all, fine_all, host_wall)
 
 
+def standalone(
+    deployment: Deployment, tier: str, device: str, images: np.ndarray, *, task_size: int = TASK_SIZE
+) -> pd.DataFrame:
+    """Time ``tier``'s network on ``device`` alone, one task after another, as the report's Table 1 does.
+
+    No second stage and no link: a row per task (task, device, tier, images,
+    cpu_s, wall_s, bytes_in, pid), the images put on the device beforehand.
+    """
+    images = np.asarray(images)
+    if images.ndim != 4 or images.dtype != np.uint8 or len(images) == 0:
+        raise ConfigError("images", f"{images.dtype} array of shape {images.shape}", "uint8 images, N x H x W x C")
+    if device not in deployment.devices.get(tier, []):
+        raise ConfigError("device", device, f"a device holding the {tier} network ({deployment.devices.get(tier)})")
+    client = deployment.cluster.client
+    n_tasks = math.ceil(len(images) / task_size)
+    chunks = [images[i * task_size : (i + 1) * task_size] for i in range(n_tasks)]
+    held = client.scatter(chunks, workers=[deployment.addresses[device]], hash=False)
+    rows = []
+    for i, data in enumerate(held):
+        # One at a time: a task's time is the network's alone, never shared with the next task's.
+        row = client.submit(_infer, deployment.key, tier, i, data, resources={device_resource(device): 1}, pure=False)
+        rows.append(row.result())
+    for row in rows:
+        row.pop("answers")
+    return pd.DataFrame(rows)
+
+
 def _check_cluster(cluster: DeviceCluster, spec: HierarchySpec) -> None:
     tiers = cluster.info.get("tiers") or {}
     missing = [d for d, tier in spec.devices().items() if tiers.get(d) != tier]

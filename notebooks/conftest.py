@@ -31,10 +31,10 @@ NEEDS_DATA = {
     "park2020_resnet": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
     "park2020_async": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
     # Offline, CIFAR-100's stand-in is CIFAR-10 (edgelab.data.cifar100).
-    "zhang2018_schemes": [
-        Path("cifar10") / "cifar10_jpeg_train.npz",
-        Path("cifar10") / "cifar10_jpeg_test_decoded.npz",
-    ],
+    **{
+        name: [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"]
+        for name in ("zhang2018_schemes", "zhang2018_tiers")
+    },
 }
 
 

@@ -1,0 +1,68 @@
+"""Zhang 2018's Tables 1 and 2: the plan's checks, the clock's Table 2, and the weights files Keras writes."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from edgelab.errors import ConfigError
+from edgelab.experiments import zhang2018_tiers as exp
+from edgelab.tier_models import saved_bytes
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"networks": ["mobilenet", "vgg16"]}, r"networks='vgg16' is not allowed: names among mobilenet"),
+        ({"tasks": 0}, r"tasks=0 is not allowed: an integer >= 1"),
+        ({"task_size": 2.5}, r"task_size=2.5 is not allowed"),
+        ({"tier": "fog"}, r"tier='fog' is not allowed: a parameter among"),
+    ],
+)
+def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        exp.prepare(data_dir="/nonexistent/edgelab-data", **kwargs)
+
+
+def test_table2_on_the_clock_is_table1_plus_the_latency_and_transfer_over_fifty_images() -> None:
+    plan = exp.Plan(exp.TiersParams(), None, None, exp.get_profile("native"), [], exp.zhang2018_calibration())  # type: ignore[arg-type]
+    table = exp.table2(plan, pd.DataFrame(columns=["tier", "network", "host_ms"]))
+    keys = zip(table["device, network"], table["latency (s)"], strict=True)
+    clock = dict(zip(keys, table["clock (ms/image)"], strict=True))
+    transfer_ms = 1e3 * 8 * 50 * 3072 / 1e9 / 50  # 1 Gbit/s links (the hierarchy's assumed bandwidth)
+    assert clock["end, mobilenet", 0.0] == 5.2  # no link: the end device holds the images
+    assert clock["edge, resnet34", 0.5] == pytest.approx(5.53 + 500 / 50 + transfer_ms, abs=0.005)
+    assert clock["cloud, wrn-28-10", 1.0] == pytest.approx(6.99 + 1000 / 50 + transfer_ms, abs=0.005)
+    assert table["report processing (ms/image)"].tolist() == [10.4, 8.4, 18.3, 10.8, 31.0]
+
+
+def test_ratios_compare_each_network_across_tiers() -> None:
+    times = pd.DataFrame(
+        [
+            {"network": n, "tier": t, "report_ms": r, "host_ms": h}
+            for n, t, r, h in [
+                ("mobilenet", "end", 5.2, 1.0),
+                ("mobilenet", "edge", 2.03, 1.0),
+                ("mobilenet", "cloud", 0.25, 0.5),
+                ("wrn-28-10", "end", 1170.0, 100.0),
+                ("wrn-28-10", "edge", 227.0, 50.0),
+                ("wrn-28-10", "cloud", 6.99, 50.0),
+            ]
+        ]
+    )
+    r = exp.ratios(times).set_index(["times", "network"])
+    assert r.loc[("report", "wrn-28-10"), "edge / cloud"] == pytest.approx(227 / 6.99)  # the report's "32x"
+    assert r.loc[("report", "wrn-28-10"), "on the end, / MobileNet"] == pytest.approx(225.0)  # its "225x"
+    assert r.loc[("this host", "wrn-28-10"), "end / edge"] == 2.0
+
+
+def test_a_compiled_models_weights_file_holds_its_optimizers_slots(tmp_path: object) -> None:
+    import keras
+
+    model = keras.Sequential([keras.Input((100,)), keras.layers.Dense(1000)], name="wide")  # 101,000 weights
+    files = saved_bytes(model, "adam", tmp_path)  # type: ignore[arg-type]
+    # Adam keeps two slots per weight: the file grows by about 2 x 4 B per weight
+    assert files["weights_file_bytes"] == pytest.approx(4 * 101_000, rel=0.05)
+    assert files["with_optimizer_file_bytes"] - files["weights_file_bytes"] == pytest.approx(8 * 101_000, rel=0.05)
+    with pytest.raises(ConfigError, match=r"optimizer='rmsprop' is not allowed"):
+        saved_bytes(model, "rmsprop", tmp_path)  # type: ignore[arg-type]
