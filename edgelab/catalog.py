@@ -90,7 +90,7 @@ PLANNED: dict[str, str] = {
     **{
         f"zhang2018/{item}": _HIERARCHY
         for item in _IDS["zhang2018"]
-        if item not in ("fig2", "fig3", "eq1", "eq2", "eq3", "eq4", "eq5", "eq6", "table1", "table2")
+        if item not in ("fig2", "fig3", "table1", "table2", "table3", "table4", *(f"eq{n}" for n in range(1, 9)))
     },
     "qiao/fig1-1": _HIERARCHY,
     "qiao/method-placement": _HIERARCHY,

@@ -104,6 +104,7 @@ NOTEBOOK_IDS = {
     "zhang2018_networks": ["zhang2018/fig2"],
     "zhang2018_schemes": ["zhang2018/fig3", *(f"zhang2018/eq{n}" for n in range(1, 7))],
     "zhang2018_tiers": ["zhang2018/table1", "zhang2018/table2"],
+    "zhang2018_privacy": ["zhang2018/table3", "zhang2018/table4", "zhang2018/eq7", "zhang2018/eq8"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.
