@@ -90,9 +90,9 @@ PLANNED: dict[str, str] = {
     **{
         f"zhang2018/{item}": _HIERARCHY
         for item in _IDS["zhang2018"]
-        if item not in ("fig2", "fig3", "table1", "table2", "table3", "table4", *(f"eq{n}" for n in range(1, 9)))
+        if item
+        not in ("fig1", "fig2", "fig3", "table1", "table2", "table3", "table4", *(f"eq{n}" for n in range(1, 9)))
     },
-    "qiao/fig1-1": _HIERARCHY,
     "qiao/method-placement": _HIERARCHY,
     **{
         f"qiao/{item}": _MODEL_PARALLEL

@@ -102,7 +102,12 @@ NOTEBOOK_IDS = {
     "jeon_pipeline": [i for i in catalog.IDS if i.startswith("jeon/")],
     "qiao_survey": ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"],
     "zhang2018_networks": ["zhang2018/fig2"],
-    "zhang2018_schemes": ["zhang2018/fig3", *(f"zhang2018/eq{n}" for n in range(1, 7))],
+    "zhang2018_schemes": [
+        "zhang2018/fig1",
+        "zhang2018/fig3",
+        *(f"zhang2018/eq{n}" for n in range(1, 7)),
+        "qiao/fig1-1",
+    ],
     "zhang2018_tiers": ["zhang2018/table1", "zhang2018/table2"],
     "zhang2018_privacy": ["zhang2018/table3", "zhang2018/table4", "zhang2018/eq7", "zhang2018/eq8"],
 }

@@ -335,3 +335,31 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def routes(plan: Plan, stored: list[StoredRun], n_end: int) -> pd.DataFrame:
+    """Which end device sent how many tasks (and bytes) to which upper device, per scheme, at ``n_end`` end devices."""
+    rows = []
+    for run, result in harness.by_run(plan, stored).items():
+        if run.n_end != n_end or run.repeat != 0:
+            continue
+        stages = result.tables["stages"]
+        end_of = stages[stages["stage"] == "coarse"].set_index("task")["device"]
+        fine = stages[stages["stage"] == "fine"]
+        for (end, upper), group in fine.groupby([fine["task"].map(end_of), "device"]):
+            rows.append(
+                {
+                    "scheme": run.scheme,
+                    "mapping": run.mapping or "-",
+                    "end": end,
+                    "upper": upper,
+                    "tasks": len(group),
+                    "bytes": int(group["bytes_in"].sum()),
+                }
+            )
+    return pd.DataFrame(rows, columns=["scheme", "mapping", "end", "upper", "tasks", "bytes"])
+
+
+def cluster_info(stored: list[StoredRun]) -> dict[str, Any]:
+    """The running hierarchy as the runs recorded it (devices, tiers, TensorFlow threads)."""
+    return dict(stored[0].summary["cluster"]) if stored else {}
