@@ -63,9 +63,9 @@ FULL_PROFILE: dict[str, Any] = {
 class SchemesParams:
     """Every knob of the experiment; defaults are the smoke profile."""
 
-    end_devices: tuple[int, ...] = (1, 2, 4, 6, 8)
+    end_devices: tuple[int, ...] = (1, 2, 4, 8)
     schemes: tuple[str, ...] = SCHEMES
-    tasks: int = 16
+    tasks: int = 8
     task_size: int = 2
     repeats: int = 1
     edge_devices: int = 4
