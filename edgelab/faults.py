@@ -6,7 +6,8 @@ for the per-round phases, an epoch for evaluation, 0 for the phases that
 happen once). The worker's nanny restarts it, as a board that lost power
 reboots; the run has to notice, bring the device back and go on with the
 result it would have had. Each kill fires once, even when its step is run
-again after a recovery.
+again after a recovery. ``shut_down`` kills a device for good instead (its
+nanny told not to restart it), as a device that switches itself off.
 
 The phases are the runtime's (``edgelab.train.PHASES`` for data-parallel
 training); a schedule is checked against them, the run's devices and its
@@ -17,13 +18,15 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.errors import ClusterError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -148,3 +151,46 @@ def kill_worker(client: Any, address: str, *, local: bool) -> int:
 
 def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def shut_down(client: Any, address: str, *, local: bool, timeout_s: float = 10.0) -> int:
+    """Kill the worker at ``address`` for good; return its pid once it is gone.
+
+    Its nanny is first told not to start it again (Dask's own signal for a
+    worker that leaves on purpose), then the process gets SIGKILL: no goodbye
+    to the scheduler, its tasks and results lost, as when a device switches
+    itself off. Returns when its address refuses connections and the
+    scheduler no longer lists it.
+    """
+    from edgelab.cluster import scheduler_workers
+
+    client.run(_no_restart, workers=[address], nanny=True)
+    pid = kill_worker(client, address, local=local)
+    deadline = time.monotonic() + timeout_s
+    while reachable(address, timeout_s=0.2) or address in scheduler_workers(client):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"the worker at {address} (pid {pid}) was killed but is still there after {timeout_s} s")
+        time.sleep(0.01)
+    return pid
+
+
+def reachable(address: str, *, timeout_s: float) -> bool:
+    """Whether a TCP connection to a worker's ``address`` (``tcp://host:port``) opens within ``timeout_s``.
+
+    What any transfer to a device first does. On loopback a dead worker's port
+    refuses at once; across a network a switched-off device answers nothing
+    and the attempt waits out ``timeout_s``.
+    """
+    from distributed.comm.addressing import get_address_host_port
+
+    host, port = get_address_host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _no_restart(dask_worker: Any) -> None:
+    """On a worker's nanny: do not start the worker again when its process ends."""
+    dask_worker.close_gracefully(reason="the device shuts down for good")

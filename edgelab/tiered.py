@@ -36,16 +36,16 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from distributed import get_worker, wait
 
-from edgelab.cluster import DeviceCluster, device_resource
-from edgelab.errors import ConfigError
+from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
+from edgelab.errors import ClusterError, ConfigError
 from edgelab.hierarchy import HierarchySpec
 from edgelab.schemes import SCHEMES
 from edgelab.seeding import seeded
@@ -110,6 +110,52 @@ class Deployment:
     networks: dict[str, str]  # tier -> the network's name (a Keras model's own name when not built in)
     devices: dict[str, list[str]]  # tier -> the devices that hold its network
     addresses: dict[str, str]  # device -> the worker that built it (tasks' images are put there)
+    # How each tier's network was given, its seed and warm-up sizes: what a restarted device builds again.
+    sources: dict[str, Network] = field(default_factory=dict, repr=False)
+    seed: int = 0
+    batch_sizes: tuple[int, ...] = (1,)
+
+    def restore(self, devices: Iterable[str], *, timeout_s: float = 120.0) -> list[str]:
+        """Start again each of ``devices`` whose worker is gone, and build its tier's network there; return them.
+
+        For devices that went down for good (``edgelab.faults.shut_down``): on
+        an emulated cluster a new worker is started from the device's spec
+        (``DeviceCluster.revive``); on a real one the device's own supervisor
+        must bring it back within ``timeout_s``.
+        """
+        wanted = list(devices)
+        tier_of = {d: t for t, names in self.devices.items() for d in names}
+        unknown = [d for d in wanted if d not in tier_of]
+        if unknown:
+            raise ConfigError("devices", unknown, f"devices of this deployment ({sorted(tier_of)})")
+        client = self.cluster.client
+        running = {str(w["name"]) for w in scheduler_workers(client).values()}
+        down = [d for d in wanted if d not in running]
+        if not down:
+            return []
+        for device in down:
+            self.cluster.revive(device)
+        deadline = time.monotonic() + timeout_s
+        while not set(down) <= {str(w["name"]) for w in scheduler_workers(client).values()}:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"devices {down} did not come back within {timeout_s:.0f} s")
+            time.sleep(0.05)
+        loads = [
+            client.submit(
+                _load,
+                self.key,
+                tier_of[d],
+                self.sources[tier_of[d]],
+                self.seed,
+                self.batch_sizes,
+                resources={device_resource(d): 1},
+                pure=False,
+            )
+            for d in down
+        ]
+        for device, loaded in zip(down, client.gather(loads), strict=True):
+            self.addresses[device] = loaded[2]
+        return down
 
     def release(self) -> None:
         """Drop the networks from every device."""
@@ -167,7 +213,10 @@ def deploy(
     loaded = [f.result() for f in loads]
     names = {tier: name for tier, name, _ in loaded}
     addresses = {d: address for (_, _, address), d in zip(loaded, [d for t in tiers for d in devices[t]], strict=True)}
-    return Deployment(cluster, key, {t: names[t] for t in tiers if devices[t]}, devices, addresses)
+    sources = {t: chosen[t] for t in tiers}
+    return Deployment(
+        cluster, key, {t: names[t] for t in tiers if devices[t]}, devices, addresses, sources, seed, batch_sizes
+    )
 
 
 def run_scheme(
