@@ -1,0 +1,95 @@
+"""Placing a chain of stages on a hierarchy: the latency model, the exhaustive search and the greedy rule."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from edgelab.errors import ConfigError
+from edgelab.experiments.qiao_placement import PlacementParams
+from edgelab.hierarchy import ZHANG2018
+from edgelab.placement import Chain, exhaustive, greedy, hop_s, hosts_of, latency
+
+SPEC = ZHANG2018.scaled(end=2, edge=1, cloud=1)  # hosts: end-0 (the source), edge-0, cloud-0
+MBIT = 1_000_000 / 8
+
+
+def _chain() -> Chain:
+    """Two stages: the first cheap everywhere, the second slow except in the cloud; a big activation between."""
+    return Chain(
+        {"end": (0.10, 3.0), "edge": (0.08, 2.0), "cloud": (0.01, 0.02)},
+        bytes_in=(10 * MBIT, 500 * MBIT),  # 10 Mbit of images, then 500 Mbit of activations
+        result_bytes=0,
+    )
+
+
+def test_a_placement_pays_each_stage_on_its_tier_and_each_move_on_the_higher_link() -> None:
+    _, source, tier_of = hosts_of(SPEC)
+    chain = _chain()
+
+    # Execute / Assert: all at the source, nothing moves
+    assert latency(chain, SPEC, ("end-0", "end-0"), tier_of, source) == pytest.approx(3.10)
+    # to the cloud at once: half its 1 s round trip plus 10 Mbit at 1000 Mbit/s, then back with no bytes
+    assert latency(chain, SPEC, ("cloud-0", "cloud-0"), tier_of, source) == pytest.approx(0.5 + 0.01 + 0.03 + 0.5)
+    # edge then cloud: edge link for the images, the cloud's for 500 Mbit of activations, the cloud's back
+    assert latency(chain, SPEC, ("edge-0", "cloud-0"), tier_of, source) == pytest.approx(
+        0.25 + 0.01 + 0.08 + 0.5 + 0.5 + 0.02 + 0.5
+    )
+    assert hop_s(SPEC, "edge", "cloud", 0) == hop_s(SPEC, "cloud", "edge", 0) == 0.5
+
+
+def test_exhaustive_finds_the_minimum_and_greedy_pays_for_looking_one_stage_ahead() -> None:
+    hosts, source, tier_of = hosts_of(SPEC)
+    chain = _chain()
+    brute = min(latency(chain, SPEC, c, tier_of, source) for c in itertools.product(hosts, repeat=2))
+
+    best, quick = exhaustive(chain, SPEC), greedy(chain, SPEC)
+
+    assert best.latency_s == pytest.approx(brute) and best.hosts == ("cloud-0", "cloud-0")
+    assert best.evaluated == 3**2 and quick.evaluated == 3 * 2
+    # Greedy keeps stage 1 at the source (0.10 s against 0.34 s at the edge and 0.52 s in the cloud), then
+    # carries the big activation up to the cloud for stage 2: 0.10 + 1.02 + 0.5 s, against the best's 1.04 s
+    assert quick.hosts == ("end-0", "cloud-0") and quick.latency_s == pytest.approx(1.62)
+
+
+def test_greedy_breaks_ties_toward_the_edge() -> None:
+    flat = Chain({"end": (1.0,), "edge": (1.0,), "cloud": (1.0,)}, bytes_in=(0,), result_bytes=0)
+    spec = ZHANG2018.scaled(end=1, edge=1, cloud=1)
+    free = replace(spec, tiers=tuple(replace(t, latency_s=0.0) for t in spec.tiers))
+
+    assert greedy(flat, free).hosts == ("end-0",)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: Chain({"end": (1.0, 2.0)}, bytes_in=(1,), result_bytes=0), r"chain='1 stages' is not allowed"),
+        (lambda: hosts_of(SPEC, "edge-0"), r"source='edge-0' is not allowed: an end device"),
+        (lambda: latency(_chain(), SPEC, ("end-0",), hosts_of(SPEC)[2], "end-0"), r"one host per stage \(2\)"),
+        (lambda: PlacementParams(stages=(0, 3)), r"stages=\(0, 3\) is not allowed: a list of integers from 1 to 12"),
+        (lambda: PlacementParams(network="vgg16"), r"network='vgg16' is not allowed"),
+        (lambda: PlacementParams(edge_latency_s=-1.0), r"edge.latency_s=-1.0 is not allowed"),
+        (lambda: PlacementParams(images=0), r"images=0 is not allowed: an integer >= 1"),
+    ],
+)
+def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        call()  # type: ignore[operator]
+
+
+def test_a_cut_network_becomes_a_chain_of_its_stages_with_the_bytes_that_cross() -> None:
+    from edgelab.pipeline import partition
+    from edgelab.tier_clock import zhang2018_calibration
+    from edgelab.tier_models import build_tier_network
+
+    cut = partition(build_tier_network("mobilenet"), 3)
+    calibration = zhang2018_calibration()
+
+    chain = Chain.from_partition(cut, calibration, "mobilenet", 10, ("end", "edge"))
+
+    assert chain.bytes_in[0] == 10 * 32 * 32 * 3  # uint8 images
+    assert chain.bytes_in[1:] == tuple(10 * s.output_bytes for s in cut.stages[:-1])  # float32 activations
+    assert sum(chain.stage_s["end"]) == pytest.approx(calibration.stage_s("end", "mobilenet", 10))
+    assert set(chain.stage_s) == {"end", "edge"}
