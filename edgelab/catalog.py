@@ -83,17 +83,9 @@ _IDS = {
 IDS: tuple[str, ...] = tuple(f"{doc}/{item}" for doc in DOCUMENTS for item in _IDS[doc])
 
 # The open work that renders the ids no notebook renders yet.
-_HIERARCHY = "the end/edge/cloud hierarchy (Zhang 2018's tiers, schemes, privacy module and fault tolerance)"
 _MODEL_PARALLEL = "model-parallel training and on-device model design (GPipe, 1F1B, DeepThings, DDNN, compression)"
 _STRATEGIES = "the survey's synchronization strategies (all-reduce, gossip, FedAvg, compressors, stragglers)"
 PLANNED: dict[str, str] = {
-    **{
-        f"zhang2018/{item}": _HIERARCHY
-        for item in _IDS["zhang2018"]
-        if item
-        not in ("fig1", "fig2", "fig3", "table1", "table2", "table3", "table4", *(f"eq{n}" for n in range(1, 9)))
-    },
-    "qiao/method-placement": _HIERARCHY,
     **{
         f"qiao/{item}": _MODEL_PARALLEL
         for item in (

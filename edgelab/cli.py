@@ -110,6 +110,8 @@ NOTEBOOK_IDS = {
     ],
     "zhang2018_tiers": ["zhang2018/table1", "zhang2018/table2"],
     "zhang2018_privacy": ["zhang2018/table3", "zhang2018/table4", "zhang2018/eq7", "zhang2018/eq8"],
+    "zhang2018_faults": ["zhang2018/table5", "zhang2018/fig4", "zhang2018/eq9"],
+    "qiao_placement": ["qiao/method-placement"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

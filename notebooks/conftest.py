@@ -33,7 +33,7 @@ NEEDS_DATA = {
     # Offline, CIFAR-100's stand-in is CIFAR-10 (edgelab.data.cifar100).
     **{
         name: [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"]
-        for name in ("zhang2018_schemes", "zhang2018_tiers", "zhang2018_privacy")
+        for name in ("zhang2018_schemes", "zhang2018_tiers", "zhang2018_privacy", "zhang2018_faults", "qiao_placement")
     },
 }
 

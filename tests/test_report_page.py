@@ -47,8 +47,8 @@ def test_every_id_is_listed_in_order_and_the_paper_sized_result_wins(tmp_path: P
     assert shown["park2020/table1"].tables == ["full-profile/park2020/table1.md"]
     assert shown["park2020/table1"].other == "park2020/table1.md"
     assert (shown["park2020/table2"].scale, shown["park2020/table2"].other) == ("smoke", "")
-    assert shown["zhang2018/eq9"].status == "not run"  # an id no notebook renders yet: the planned work named
-    assert shown["zhang2018/eq9"].why.startswith("not yet: the end/edge/cloud hierarchy")
+    assert shown["qiao/fig3-3"].status == "not run"  # an id no notebook renders yet: the planned work named
+    assert shown["qiao/fig3-3"].why.startswith("not yet: model-parallel training")
 
 
 def test_the_page_counts_ids_by_status_and_escapes_what_it_shows(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ defining them), Table 2-1 is shown as the source has it with a column for the
 measured proxy each row can have, and Figure 2-1 is drawn as the data path it
 describes. The proxies (decision latency and upstream bytes, edge mode against
 cloud mode; surviving a lost central worker) come from runs on the end/edge/cloud
-hierarchy, which edgelab does not build yet: the items say so.
+hierarchy and from decentralized synchronization; no notebook reports them
+side by side yet: the items say so.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from edgelab.report import ReportItem
 
 IDS = ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"]
 CLOCK = "none (the source's text; nothing measured)"
-HIERARCHY_PENDING = "not yet: measured on the end/edge/cloud hierarchy, which edgelab does not build yet"
+HIERARCHY_PENDING = "not yet: no run reports this proxy side by side (the hierarchy runs are in zhang2018_schemes)"
 # Table 2-1's proxies, row by row (the catalog's reading of what a run can measure).
 PROXIES = [
     f"median decision latency, edge mode vs cloud mode (fig2-1) — {HIERARCHY_PENDING}",
     f"raw bytes leaving the device tier, edge mode vs cloud mode — {HIERARCHY_PENDING}",
-    f"whether a run finishes when the central worker stops (decentralized all-reduce or gossip) — {HIERARCHY_PENDING}",
+    "whether a run finishes when the central worker stops (decentralized all-reduce or gossip) — not yet: "
+    "decentralized synchronization is open work",
     "qualitative, not measured (no honest computed proxy)",
 ]
 # Abbreviations the chapter uses beyond its list (the catalog's qiao/P9).
@@ -83,7 +85,7 @@ def draw_data_path() -> Any:
     ax.text(
         0.5,
         0.05,
-        "bytes per record on each arrow: not measured yet (needs the end/edge/cloud hierarchy)",
+        "bytes per record on each arrow: not measured yet (no run reports them per arrow)",
         ha="center",
         fontsize=8,
         style="italic",
@@ -145,7 +147,7 @@ def render(
             [str(f) for f in files],
             paper_values_shown=True,
             status="not judged",
-            why="qualitative rows; their measured proxies need the end/edge/cloud hierarchy (not built yet)",
+            why="qualitative rows; no run reports their measured proxies side by side yet",
             **common,
         )
     )
@@ -157,7 +159,7 @@ def render(
             [str(png)],
             paper_values_shown=False,
             status="not judged",
-            why="drawn from the text; the bytes and latency of each mode need the end/edge/cloud hierarchy",
+            why="drawn from the text; no run reports the bytes and latency of each mode side by side yet",
             **common,
         )
     )

@@ -136,7 +136,7 @@ def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[Rep
             paper_values_shown=True,
             status="not judged",
             why="the figure's image is lost and it has no values; the totals beside it belong to Table 1, "
-            "whose times and accuracies need the hierarchy's runs (not built yet)",
+            "rendered with zhang2018_tiers (its accuracy rows need the networks trained on CIFAR-100, not run yet)",
             notebook=notebook,
             parameters=parameters,
         )
