@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from edgelab.cluster import device_resource
 from edgelab.errors import ConfigError
 from edgelab.experiments.zhang2018_faults import FaultsParams
 from edgelab.fault_tolerance import FaultClock, check_job, default_fail_after, failing_devices, run_job
@@ -155,3 +157,23 @@ def test_restore_brings_back_exactly_the_devices_a_job_shut_down(ends: object) -
     assert ends.restore(DEVICES) == []  # type: ignore[attr-defined]
     again = run_job(ends, DEVICES, IMAGES, "Without", CLOCK, task_size=5)  # type: ignore[arg-type]
     assert again.finished and sorted(set(again.tasks["device"])) == DEVICES
+
+
+@pytest.mark.integration
+def test_a_device_works_through_many_tasks_in_the_order_it_got_them(ends: object) -> None:
+    # Prepare: 50 tasks a device, queued behind a second of work on each device, so that the device chooses the
+    # order (Dask gives submissions within 60 ms one generation and would order those by key)
+    many = np.random.default_rng(1).integers(0, 256, size=(200, 32, 32, 3), dtype=np.uint8)
+    ends.restore(DEVICES)  # type: ignore[attr-defined]
+    client = ends.cluster.client  # type: ignore[attr-defined]
+    busy = [client.submit(time.sleep, 1.0, resources={device_resource(d): 1}, pure=False) for d in DEVICES]
+
+    # Execute: a failing device must give exactly its first 25 answers before it switches off
+    run = run_job(ends, DEVICES, many, "Reassign", CLOCK, task_size=1, failures=1, seed=2)  # type: ignore[arg-type]
+
+    # Assert
+    client.cancel(busy)
+    assert run.finished
+    failed = run.failing[0]
+    first = run.tasks[run.tasks["device"] == failed]["task"].tolist()
+    assert first == [i for i in range(200) if DEVICES[i % 4] == failed][:25]
