@@ -133,12 +133,17 @@ class Deployment:
         down = [d for d in wanted if d not in running]
         if not down:
             return []
-        for device in down:
-            self.cluster.revive(device)
         deadline = time.monotonic() + timeout_s
-        while not set(down) <= {str(w["name"]) for w in scheduler_workers(client).values()}:
+        asked = 0.0
+        while missing := [d for d in down if d not in {str(w["name"]) for w in scheduler_workers(client).values()}]:
             if time.monotonic() > deadline:
-                raise ClusterError(f"devices {down} did not come back within {timeout_s:.0f} s")
+                raise ClusterError(f"devices {missing} did not come back within {timeout_s:.0f} s")
+            if time.monotonic() - asked > 1.0:
+                # Asked again each second: a revive declines while the old worker's exit is not yet reported
+                # (with the fork server, that news comes through it, and a loaded host delays it).
+                for device in missing:
+                    self.cluster.revive(device)
+                asked = time.monotonic()
             time.sleep(0.05)
         loads = [
             client.submit(
