@@ -19,7 +19,7 @@ def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path)
     # Assert: Jeon's 27/27/36/53/14, one run per mode and repeat, every key distinct
     assert [s.n_layers for s in plan.cut.stages] == [27, 27, 36, 53, 14]
     streams = [r for r in plan.runs if r[0] == "stream"]
-    assert len(streams) == 3 * 3 and streams[:3] == [("stream", m, 0) for m in jeon.MODES]
+    assert len(streams) == 3 * plan.params.repeats and streams[:3] == [("stream", m, 0) for m in jeon.MODES]
     keys = {json.dumps(plan.run_params(r), sort_keys=True) for r in plan.runs}
     assert len(keys) == len(plan.runs)
     assert plan.weights is None and "from scratch" in plan.weights_source

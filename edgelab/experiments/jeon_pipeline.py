@@ -60,7 +60,9 @@ FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
     "image_size": 224,
     "augment_per_class": 1000,
+    "phase1_epochs": 5,
     "phase2_epochs": 1,
+    "repeats": 3,
 }
 
 
@@ -70,9 +72,9 @@ class JeonParams:
 
     image_size: int = 96
     validation_fraction: float = 0.2
-    augment_per_class: int = 192
+    augment_per_class: int = 128
     weights: str | None = "imagenet"
-    phase1_epochs: int = 5
+    phase1_epochs: int = 3
     phase1_learning_rate: float = 1e-3
     phase2_epochs: int = 0
     phase2_learning_rate: float = 1e-5
@@ -83,7 +85,7 @@ class JeonParams:
     micro_batch: int = 32
     max_in_flight: int = 8
     latency_images: int = 32
-    repeats: int = 3
+    repeats: int = 2
     fault_stage: int | None = 4
     fault_at: int = 3
     device_profile: str = "pi4b"

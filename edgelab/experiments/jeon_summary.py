@@ -237,3 +237,47 @@ def _view(stored: StoredRun | None) -> Any:
 
     frames = {k: pd.DataFrame(v) for k, v in stored.summary["frames"].items()}
     return ClusterView(**frames, data_dir=stored.summary["data_dir"], collected=stored.summary["collected"])
+
+
+def self_check(summary: JeonSummary, manifest: dict[str, Any], root: Any, ids: list[str]) -> str:
+    """What every run of the notebook must show, whatever its timings (printed in a cell nbval checks).
+
+    Every id rendered with a verdict (its checks, or why there are none), its
+    files written and its data source; the paper's values beside the items
+    that have some; the pipeline's outputs equal to the unsplit model's; and,
+    when a fault run was asked for, a stage's device lost mid-stream and
+    recovered with the undisturbed run's outputs.
+    """
+    from pathlib import Path
+
+    entries = {i: manifest[i] for i in ids if i in manifest}
+    complete = [
+        i
+        for i, e in entries.items()
+        if e["status"] in ("reproduced", "differs", "not judged")
+        and (e["status"] == "reproduced" or e["why"])
+        and (e["verdict"].get("checks") or (e["status"] == "not judged" and e["verdict"].get("reason")))
+        and e["files"]
+        and all((Path(root) / f).is_file() for f in e["files"])
+        and e["data_source"].get("source") in ("data_dir", "data_dir_tree", "kaggle_download")
+    ]
+    shown = all(
+        entries.get(i, {}).get("paper_values_shown") for i in ("jeon/table1", "jeon/fig4", "jeon/fig5", "jeon/fig6")
+    )
+    checks = {c["name"]: c["outcome"] for c in entries.get("jeon/fig3", {}).get("verdict", {}).get("checks", [])}
+    lines = [
+        f"ids rendered with a verdict, their files and data source: {len(complete)} of {len(ids)}",
+        f"paper values beside table1, fig4, fig5, fig6: {shown}",
+        f"pipeline outputs equal the unsplit model's: {checks.get('outputs equal the unsplit model', 'missing')}",
+    ]
+    fault = summary.fault
+    if fault:
+        lost = any(r.get("phase") == "stream" and r.get("resumed") for r in fault["recoveries"])
+        resumed = lost and bool(fault["kills"])
+        lines.append(
+            f"fault run: a stage's device killed, lost mid-stream and the stream resumed: {resumed}; "
+            f"outputs equal the undisturbed run's: {fault['outputs_equal_undisturbed']}"
+        )
+    else:
+        lines.append("fault run: not asked for")
+    return "\n".join(lines)
