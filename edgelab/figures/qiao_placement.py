@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from edgelab.experiments import qiao_placement as exp
-from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.placement import hosts_of
 from edgelab.report import ReportItem
 
@@ -76,7 +76,7 @@ def render(
     growth = search["search_s"].iloc[-1] / search["search_s"].iloc[-2] if len(search) > 1 else float("nan")
     jobs = exp.job_level(plan)
     data = plan.dataset.provenance()
-    source = {"name": data.get("name"), "source": data.get("source"), "notes": data.get("notes", {})}
+    source = data_source(data)
     md = [
         f"# {ID}: placing a chain of stages on the end / edge / cloud continuum",
         "",

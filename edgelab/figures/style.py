@@ -15,6 +15,11 @@ from edgelab.results import atomic_write_text, make_readable
 PAPER_STYLE = {"color": "black", "marker": "s", "linestyle": "--", "label": "paper"}
 
 
+def data_source(provenance: dict[str, Any]) -> dict[str, Any]:
+    """What an item's manifest entry says of its data: a dataset's ``provenance()`` cut to name, source and notes."""
+    return {"name": provenance.get("name"), "source": provenance.get("source"), "notes": provenance.get("notes", {})}
+
+
 def apply_style() -> None:
     """Seaborn theme used by every edgelab figure."""
     import matplotlib

@@ -20,7 +20,7 @@ from scipy.stats import kendalltau
 
 from edgelab import verdict
 from edgelab.experiments import zhang2018_faults as exp
-from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.report import ReportItem
 from edgelab.verdict import Check
 
@@ -182,7 +182,7 @@ def render(
     predicted = [f"{m} f={f}" for m, f in zip(table["method"], table["failures"], strict=True)]
     result = verdict.decide(found, fitted=[], predicted=predicted, noise=_noise(summary))
     data = plan.dataset.provenance()
-    source = {"name": data.get("name"), "source": data.get("source"), "notes": data.get("notes", {})}
+    source = data_source(data)
     lost_answers = summary[~summary["same_answers"]]
     shown = table.assign(
         duration_s=[_s(v) for v in table["duration_s"]],

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab import privacy
-from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.hierarchy import ZHANG2018
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
@@ -119,7 +119,7 @@ def render(
     """Write Tables 3 and 4 and eq7, eq8 beside the report's values; return their manifest entries."""
     stems = modules()
     t3, t4, attacked = table3(stems), table4(stems), attacks(stems, images)
-    source = {"name": data.get("name"), "source": data.get("source")}
+    source = data_source(data)
     entry = {"notebook": notebook, "parameters": parameters, "paper_values_shown": True, "data_source": source}
     png = save_figure(draw(stems, images), "zhang2018/table3", root=root)
     exact = bool((t3["output"] == t3["report output"]).all() and (t3["parameters"] == t3["report parameters"]).all())

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from edgelab.experiments import zhang2018_schemes as exp
-from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.report import ReportItem
 
 ID = "zhang2018/fig3"
@@ -192,7 +192,7 @@ def render(
     on_report = claims(report, report, plan, value="equations_s").set_index("claim")
     checked["report's job, by the equations"] = [on_report["verdict"].get(c, "-") for c in checked["claim"]]
     data = plan.dataset.provenance()
-    source = {"name": data.get("name"), "source": data.get("source"), "notes": data.get("notes", {})}
+    source = data_source(data)
     standin = "stand-in" in str(data.get("source")) or "standin" in str(data.get("source"))
     data_note = (
         " The images are the offline stand-in for CIFAR-100 (CIFAR-10 test images): the networks answer "

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from edgelab.experiments import zhang2018_tiers as exp
-from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.report import ReportItem
 
 CLOCK = (
@@ -39,7 +39,7 @@ def render(
     """Write Tables 1 and 2 beside the report's values; return their manifest entries."""
     p = plan.params
     data = plan.dataset.provenance()
-    source = {"name": data.get("name"), "source": data.get("source")}
+    source = data_source(data)
     ratio = exp.ratios(times)
     host = times.pivot_table(index="tier", columns="network", values="host_ms")
     order = [n for n in ("mobilenet", "resnet34", "wrn-28-10") if n in host.columns]
