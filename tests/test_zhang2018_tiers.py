@@ -17,6 +17,10 @@ from edgelab.tier_models import saved_bytes
         ({"tasks": 0}, r"tasks=0 is not allowed: an integer >= 1"),
         ({"task_size": 2.5}, r"task_size=2.5 is not allowed"),
         ({"tier": "fog"}, r"tier='fog' is not allowed: a parameter among"),
+        ({"accuracy_networks": ["lenet"]}, r"accuracy_networks='lenet' is not allowed: names among mobilenet"),
+        ({"epochs": 0}, r"epochs=0 is not allowed: an integer >= 1"),
+        ({"train_images": -5}, r"train_images=-5 is not allowed"),
+        ({"train_eagerly": "yes"}, r"train_eagerly='yes' is not allowed: True or False"),
     ],
 )
 def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, object], message: str) -> None:
@@ -25,7 +29,7 @@ def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, 
 
 
 def test_table2_on_the_clock_is_table1_plus_the_latency_and_transfer_over_fifty_images() -> None:
-    plan = exp.Plan(exp.TiersParams(), None, None, exp.get_profile("native"), [], exp.zhang2018_calibration())  # type: ignore[arg-type]
+    plan = exp.Plan(exp.TiersParams(), None, None, exp.get_profile("native"), [], exp.zhang2018_calibration(), None)  # type: ignore[arg-type]
     table = exp.table2(plan, pd.DataFrame(columns=["tier", "network", "host_ms"]))
     keys = zip(table["device, network"], table["latency (s)"], strict=True)
     clock = dict(zip(keys, table["clock (ms/image)"], strict=True))
@@ -66,3 +70,68 @@ def test_a_compiled_models_weights_file_holds_its_optimizers_slots(tmp_path: obj
     assert files["with_optimizer_file_bytes"] - files["weights_file_bytes"] == pytest.approx(8 * 101_000, rel=0.05)
     with pytest.raises(ConfigError, match=r"optimizer='rmsprop' is not allowed"):
         saved_bytes(model, "rmsprop", tmp_path)  # type: ignore[arg-type]
+
+
+def _accuracy_table(coarse: dict[str, float], fine: dict[str, float]) -> pd.DataFrame:
+    report = {"mobilenet": (0.50, float("nan")), "resnet34": (0.73, 0.61), "wrn-28-10": (0.83, 0.73)}
+    return pd.DataFrame(
+        [
+            {
+                "network": n,
+                "coarse accuracy": coarse[n],
+                "fine accuracy": fine.get(n, float("nan")),
+                "report coarse": report[n][0],
+                "report fine": report[n][1],
+            }
+            for n in coarse
+        ]
+    )
+
+
+def _plan(source: str, train_images: int, epochs: int) -> exp.Plan:
+    from types import SimpleNamespace
+
+    params = exp.TiersParams(
+        accuracy_networks=("mobilenet", "resnet34", "wrn-28-10"), train_images=train_images, epochs=epochs
+    )
+    training = SimpleNamespace(source=source)
+    return exp.Plan(params, None, None, exp.get_profile("native"), [], exp.zhang2018_calibration(), training)  # type: ignore[arg-type]
+
+
+SIZES = pd.DataFrame(
+    {
+        "network": ["mobilenet", "resnet34", "wrn-28-10"],
+        "parameters (M)": [0.84, 21.35, 36.55],
+        "report (M)": [0.84, 21.4, 40.6],
+    }
+)
+
+
+def test_accuracy_on_the_stand_in_or_a_brief_training_is_shown_but_never_judged() -> None:
+    from edgelab.figures.zhang2018_tiers import accuracy_checks
+
+    table = _accuracy_table(
+        {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.73}
+    )
+    for plan in (_plan("cifar10_standin", 50_000, 200), _plan("data_dir", 2_000, 3)):
+        checks = {c.name: c for c in accuracy_checks(plan, table, SIZES)}
+        assert checks["parameters"].passed is True  # median error 0.2%, WRN's 10% the worst
+        assert [checks[c].passed for c in ("accuracy", "C6", "C7", "C8")] == [None] * 4
+        assert "resnet34 0.730 vs mobilenet 0.500 on coarse labels: +46%" in checks["C6"].measured
+
+
+def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
+    from edgelab.figures.zhang2018_tiers import accuracy_checks
+
+    plan = _plan("data_dir", 50_000, 200)
+    same = _accuracy_table(
+        {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.73}
+    )
+    checks = {c.name: c.passed for c in accuracy_checks(plan, same, SIZES)}
+    assert checks == {"parameters": True, "accuracy": True, "C6": True, "C7": True, "C8": True}
+    # WRN no better than ResNet on fine labels: C7 and C8 fail, and so does the accuracy row
+    flat = _accuracy_table(
+        {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.60}
+    )
+    checks = {c.name: c.passed for c in accuracy_checks(plan, flat, SIZES)}
+    assert checks == {"parameters": True, "accuracy": False, "C6": True, "C7": False, "C8": False}

@@ -12,8 +12,13 @@ VMs and GPU, so only the ratios between networks can be compared.
 
 The sizes are measured, not computed: the weights file Keras writes for each
 network alone and once compiled with the optimizer the report trains it
-with (its slots are in the file). Accuracy needs the networks trained on
-CIFAR-100, which this module does not do yet: those rows say so.
+with (its slots are in the file). The accuracy rows come from training each
+network (``edgelab.tier_training``, the report's recipes) on a device of the
+hierarchy's cloud tier for ``epochs`` epochs of ``train_images`` images and
+scoring it on ``test_images`` test images at both label levels. The report
+trains 100-500 epochs on 50,000 images; the smoke profile trains one brief
+epoch, a check that the path works, and every accuracy says what it was
+trained on. The times never depend on the training: they are the calibration.
 
 Table 2 adds each tier's latency (sending and receiving, once per task of
 50 images) and the transfer of the task's images: the clock's prediction of
@@ -29,8 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import DeviceCluster, connect, device_resource
 from edgelab.data import Dataset, load_dataset
+from edgelab.data.cifar100 import coarse_of
 from edgelab.devices import DeviceProfile, get_profile
 from edgelab.errors import ConfigError
 from edgelab.experiments import harness
@@ -40,6 +46,7 @@ from edgelab.reference import load_reference
 from edgelab.results import StoredRun
 from edgelab.tier_clock import TierCalibration, zhang2018_calibration
 from edgelab.tier_models import REPORT_OPTIMIZERS, TIER_NETWORK_NAMES, build_tier_network, saved_bytes, sizes
+from edgelab.tier_training import train_and_score
 from edgelab.tiered import TASK_SIZE, deploy, standalone
 
 EXPERIMENT = "zhang2018_tiers"
@@ -56,7 +63,20 @@ TABLE2 = (
     ("cloud", "wrn-28-10", 1.0, "cloud_WRN_latency_1s"),
 )
 
-FULL_PROFILE: dict[str, Any] = {"profile": "full", "tasks": 20, "task_size": TASK_SIZE}
+FULL_PROFILE: dict[str, Any] = {
+    "profile": "full",
+    "tasks": 20,
+    "task_size": TASK_SIZE,
+    "accuracy_networks": ["mobilenet", "resnet34", "wrn-28-10"],
+    "train_images": 2000,
+    "test_images": 2000,
+    "epochs": 3,
+    "train_eagerly": False,
+}
+#: The report's training set: CIFAR-100's 50,000 images; its shortest schedule (MobileNet's) in epochs.
+REPORT_TRAIN_IMAGES = 50_000
+REPORT_MIN_EPOCHS = 100
+STANDIN_LABELS = "the CIFAR-10 stand-in (its 10 classes as fine labels, 5 coarse groups)"
 
 
 @dataclass(frozen=True)
@@ -66,18 +86,27 @@ class TiersParams:
     networks: tuple[str, ...] = ("mobilenet", "resnet34", "wrn-28-10")
     tasks: int = 2
     task_size: int = 10
+    # Table 1's accuracy rows: which networks to train, on how many images, for how long.
+    accuracy_networks: tuple[str, ...] = ("mobilenet", "resnet34")
+    train_images: int = 128
+    test_images: int = 200
+    epochs: int = 1
+    train_eagerly: bool = True
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for network in self.networks:
-            if network not in TIER_NETWORK_NAMES:
-                raise ConfigError("networks", network, f"names among {', '.join(TIER_NETWORK_NAMES)}")
-        for name in ("tasks", "task_size"):
+        for field_name in ("networks", "accuracy_networks"):
+            for network in getattr(self, field_name):
+                if network not in TIER_NETWORK_NAMES:
+                    raise ConfigError(field_name, network, f"names among {', '.join(TIER_NETWORK_NAMES)}")
+        for name in ("tasks", "task_size", "train_images", "test_images", "epochs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "an integer >= 1")
+        if not isinstance(self.train_eagerly, bool):
+            raise ConfigError("train_eagerly", self.train_eagerly, "True or False")
 
     def hierarchy(self) -> HierarchySpec:
         """One device per tier: each network is timed alone."""
@@ -92,20 +121,45 @@ class TierRun:
     tier: str
 
 
+@dataclass(frozen=True)
+class AccuracyRun:
+    """One network trained on the cloud tier's device and scored at both label levels."""
+
+    network: str
+
+
 @dataclass
 class Plan(harness.Plan):
-    """Validated work: the images, the calibration, every (network, tier) run."""
+    """Validated work: the images, the calibration, every (network, tier) run and every training run."""
 
     params: TiersParams
     images: np.ndarray
     dataset: Dataset
     profile: DeviceProfile
-    runs: list[TierRun]
+    runs: list[TierRun | AccuracyRun]
     calibration: TierCalibration
+    training: Dataset | None
 
-    def run_params(self, run: TierRun) -> dict[str, Any]:
+    def run_params(self, run: TierRun | AccuracyRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         p = self.params
+        if isinstance(run, AccuracyRun):
+            data = self.training
+            assert data is not None
+            return {
+                "experiment": EXPERIMENT,
+                "measurement_revision": MEASUREMENT_REVISION,
+                "kind": "accuracy",
+                "network": run.network,
+                "train_images": p.train_images,
+                "test_images": p.test_images,
+                "epochs": p.epochs,
+                "train_eagerly": p.train_eagerly,
+                "hierarchy": p.hierarchy().to_dict(),
+                "dataset": {"name": data.name, "source": data.source, "n_test": data.n_test},
+                "seed": p.seed,
+                "cluster": p.scheduler_address or "emulated",
+            }
         return {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
@@ -133,8 +187,10 @@ class Plan(harness.Plan):
         """What every run records: the cluster."""
         return {"cluster": cluster.info}
 
-    def execute(self, cluster: DeviceCluster, run: TierRun, context: dict[str, Any]) -> Outcome:
-        """Build the network on the tier's device and time it over the tasks, one after another."""
+    def execute(self, cluster: DeviceCluster, run: TierRun | AccuracyRun, context: dict[str, Any]) -> Outcome:
+        """Time a network on a tier's device, or train and score one on the cloud's."""
+        if isinstance(run, AccuracyRun):
+            return self._train(cluster, run, context)
         p = self.params
         spec = p.hierarchy()
         device = next(d for d, t in spec.devices().items() if t == run.tier)
@@ -145,16 +201,59 @@ class Plan(harness.Plan):
         summary = {"cluster": context["cluster"], "dataset": self.dataset.provenance(), "device": device}
         return summary, {"tasks": tasks}
 
+    def _train(self, cluster: DeviceCluster, run: AccuracyRun, context: dict[str, Any]) -> Outcome:
+        """Train the network where a deployment would, on the cloud tier's device, and score it."""
+        p, data = self.params, self.training
+        assert data is not None
+        device = next(d for d, t in p.hierarchy().devices().items() if t == "cloud")
+        arrays = {
+            "x_train": data.x_train,
+            "y_train_fine": data.y_train,
+            "x_test": data.x_test,
+            "y_test_fine": data.y_test,
+            "fine_to_coarse": coarse_of(data),
+        }
+        [shipped] = cluster.client.scatter([arrays], hash=False)
+        future = cluster.client.submit(
+            train_and_score,
+            run.network,
+            shipped,
+            epochs=p.epochs,
+            seed=p.seed,
+            run_eagerly=p.train_eagerly,
+            resources={device_resource(device): 1},
+            pure=False,
+        )
+        result = future.result()
+        loss = pd.DataFrame({"epoch": range(1, len(result["loss"]) + 1), "loss": result["loss"]})
+        summary = {
+            "cluster": context["cluster"],
+            "dataset": data.provenance(),
+            "device": device,
+            **{k: v for k, v in result.items() if k != "loss"},
+        }
+        return summary, {"loss": loss}
+
 
 def prepare(**kwargs: Any) -> Plan:
     """Check every run and load the images, before any cluster work."""
     params = harness.parse_params(TiersParams, kwargs, sequences=("networks",))
     calibration = zhang2018_calibration()
-    runs = [TierRun(n, t) for n in params.networks for t in TIERS]
+    runs: list[TierRun | AccuracyRun] = [TierRun(n, t) for n in params.networks for t in TIERS]
+    runs += [AccuracyRun(n) for n in params.accuracy_networks]
     dataset = load_dataset(
         "cifar100", data_dir=params.data_dir, test_limit=params.tasks * params.task_size, seed=params.seed
     )
-    return Plan(params, dataset.x_test, dataset, get_profile("native"), runs, calibration)
+    training = None
+    if params.accuracy_networks:
+        training = load_dataset(
+            "cifar100",
+            data_dir=params.data_dir,
+            sample_limit=params.train_images,
+            test_limit=params.test_images,
+            seed=params.seed,
+        )
+    return Plan(params, dataset.x_test, dataset, get_profile("native"), runs, calibration, training)
 
 
 def missing_data(data_dir: str | None = None) -> str | None:
@@ -175,6 +274,8 @@ def times(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
     printed = load_reference("zhang2018/table1")
     rows = []
     for run, result in harness.by_run(plan, stored).items():
+        if not isinstance(run, TierRun):
+            continue
         tasks = result.tables["tasks"]
         host_ms = 1e3 * float(tasks["wall_s"].sum() / tasks["images"].sum())
         report_ms = 1e3 * plan.calibration.stage_s(run.tier, run.network, 1)
@@ -268,3 +369,42 @@ def table2(plan: Plan, measured: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def accuracy(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """Per trained network: its coarse and fine test accuracy, what it was trained on, and the report's."""
+    printed = load_reference("zhang2018/table1")
+    rows: list[dict[str, Any]] = []
+    if plan.training is None:
+        return pd.DataFrame(rows)
+    mapping = coarse_of(plan.training)
+    n_coarse, n_fine = int(mapping.max()) + 1, len(mapping)
+    for run, result in harness.by_run(plan, stored).items():
+        if not isinstance(run, AccuracyRun):
+            continue
+        s = result.summary
+        paper = printed[printed["column"] == COLUMNS[run.network]].set_index("row")["value"]
+        rows.append(
+            {
+                "network": run.network,
+                "trained on": s["level"],
+                "classes": s["classes"],
+                "images x epochs": f"{s['train_images']:,} x {s['epochs']}",
+                "coarse accuracy": s["coarse_accuracy"],
+                "fine accuracy": s["fine_accuracy"],
+                "report coarse": _number(paper.get("accuracy_20_labels")),
+                "report fine": _number(paper.get("accuracy_100_labels")),
+                "coarse chance": 1 / n_coarse,
+                "fine chance": 1 / n_fine,
+                "final loss": float(result.tables["loss"]["loss"].iloc[-1]),
+                "train s": s["train_wall_s"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
