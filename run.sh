@@ -7,6 +7,8 @@ usage() {
 Usage: ./run.sh reproduce [args...]   run `edgelab reproduce --profile smoke [args...]`
        ./run.sh test [pytest args...]  run the test suite
        ./run.sh lab [jupyter args...]  open JupyterLab on notebooks/ (loopback only), Dask dashboard panels included
+       ./run.sh cluster up|down|status [--devices N --rate-mbit R]
+                                      shaped hosts on this machine (root): a network namespace per device
        ./run.sh -h | --help            show this help
 
 Environment:
@@ -92,6 +94,11 @@ case "$cmd" in
         # Jupyter refuses root unless told; a container or a fresh board often runs as root.
         [[ "$(id -u)" -eq 0 ]] && lab_args+=(--allow-root)
         exec "$VENV/bin/jupyter" lab "${lab_args[@]}" "$@"
+        ;;
+    cluster)
+        ensure_venv
+        export_defaults
+        exec "$VENV/bin/python" -m edgelab.cli cluster "$@"
         ;;
     test)
         ensure_venv

@@ -324,6 +324,38 @@ def _print_summary(root: Path, page: Path) -> None:
     print(f"\n{page}: {len(shown)} ids: {line}")
 
 
+def cluster_command(args: argparse.Namespace) -> int:
+    """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.shaped_hosts``."""
+    from edgelab import shaped_hosts
+    from edgelab.errors import ClusterError
+
+    try:
+        if args.action == "up":
+            spec = shaped_hosts.HostsSpec(
+                devices=args.devices, profile=args.profile, rate_mbit=args.rate_mbit, subnet=args.subnet
+            )
+            hosts = shaped_hosts.up(spec)
+            print(
+                f"edgelab: {spec.devices} hosts up, links {spec.rate:g} Mbit/s; scheduler {hosts.scheduler_address}\n"
+                f"  run a notebook on it: ./run.sh reproduce --scheduler {hosts.scheduler_address} --notebook NAME\n"
+                "  take it down: ./run.sh cluster down"
+            )
+        elif args.action == "down":
+            hosts = shaped_hosts.down()
+            print(
+                "edgelab: no shaped cluster is up"
+                if hosts is None
+                else f"edgelab: {hosts.bridge} and {len(hosts.namespaces)} hosts removed"
+            )
+        else:
+            hosts = shaped_hosts.status()
+            print("edgelab: no shaped cluster is up" if hosts is None else json.dumps(hosts.to_dict(), indent=1))
+    except (ClusterError, ConfigError) as exc:
+        print(f"edgelab cluster {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``edgelab`` command."""
     parser = argparse.ArgumentParser(prog="edgelab", description=__doc__.splitlines()[0])
@@ -348,8 +380,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rep.add_argument("--verbose", action="store_true", help="print library output instead of logging it")
     sub.add_parser("report", help="draw reports/index.html from the manifests, running nothing")
+    clu = sub.add_parser("cluster", help="bring shaped hosts up on this machine (root), or take them down")
+    clu.add_argument("action", choices=("up", "down", "status"))
+    clu.add_argument("--devices", type=int, default=3, help="hosts, one Dask worker each (default 3)")
+    clu.add_argument("--profile", default="pi3b", help="device profile: names, and the link rate unless --rate-mbit")
+    clu.add_argument("--rate-mbit", type=float, default=None, help="link rate of every host in Mbit/s")
+    clu.add_argument("--subnet", default="10.213.0.0/24", help="IPv4 network of the hosts (default 10.213.0.0/24)")
     args = parser.parse_args(argv)
 
+    if args.command == "cluster":
+        return cluster_command(args)
     root = reports_dir()
     if args.command == "report":
         page = write_report(root)

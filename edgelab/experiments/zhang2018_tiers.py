@@ -33,12 +33,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from distributed import KilledWorker
+from distributed.client import FutureCancelledError
 
 from edgelab.cluster import DeviceCluster, connect, device_resource
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.cifar100 import coarse_of
 from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.errors import ClusterError, ConfigError
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
@@ -46,7 +48,7 @@ from edgelab.reference import load_reference
 from edgelab.results import StoredRun
 from edgelab.tier_clock import TierCalibration, zhang2018_calibration
 from edgelab.tier_models import REPORT_OPTIMIZERS, TIER_NETWORK_NAMES, build_tier_network, saved_bytes, sizes
-from edgelab.tier_training import train_and_score
+from edgelab.tier_training import RECIPES, train_and_score
 from edgelab.tiered import TASK_SIZE, deploy, standalone
 
 EXPERIMENT = "zhang2018_tiers"
@@ -181,7 +183,10 @@ class Plan(harness.Plan):
         """A hierarchy of one end, one edge and one cloud device, or the scheduler given."""
         if self.params.scheduler_address:
             return connect(len(TIERS), scheduler_address=self.params.scheduler_address)
-        return start_hierarchy(self.params.hierarchy(), dashboard_address=dashboard_address)
+        # Every worker may hold what the cloud holds: the cloud trains (WRN-28-10 at batch 128 needs ~3 GB here).
+        return start_hierarchy(
+            self.params.hierarchy(), dashboard_address=dashboard_address, worker_memory_limit=_cloud_memory()
+        )
 
     def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
         """What every run records: the cluster."""
@@ -224,7 +229,15 @@ class Plan(harness.Plan):
             resources={device_resource(device): 1},
             pure=False,
         )
-        result = future.result()
+        try:
+            result = future.result()
+        except (FutureCancelledError, KilledWorker) as exc:
+            recipe = RECIPES.get(run.network)
+            raise ClusterError(
+                f"the cloud device {device} was lost while training {run.network} (batch "
+                f"{recipe.batch_size if recipe else '?'}): most likely it ran out of memory (worker limit "
+                f"{_cloud_memory()}); the runs before it are stored, so running again resumes there"
+            ) from exc
         loss = pd.DataFrame({"epoch": range(1, len(result["loss"]) + 1), "loss": result["loss"]})
         summary = {
             "cluster": context["cluster"],
@@ -233,6 +246,13 @@ class Plan(harness.Plan):
             **{k: v for k, v in result.items() if k != "loss"},
         }
         return summary, {"loss": loss}
+
+
+def _cloud_memory() -> str:
+    """The cloud tier's memory, as a Dask worker memory limit."""
+    cloud = ZHANG2018.tier("cloud")
+    assert cloud is not None
+    return f"{cloud.memory_mb}MiB"
 
 
 def prepare(**kwargs: Any) -> Plan:

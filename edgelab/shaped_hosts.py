@@ -1,0 +1,350 @@
+"""Several hosts on one machine: a network namespace per device, its link shaped with ``tc``.
+
+``up`` builds, as root, one Linux network namespace per device, each joined
+to a bridge by a veth pair whose two ends are rate-limited with a token
+bucket (``tc qdisc ... tbf``) at the device profile's link rate, so bytes
+between devices cross a real, rate-limited link in both directions. The real
+``dask scheduler`` runs on the bridge's address (reachable from this machine
+only) and one real ``dask worker`` runs inside each namespace, named and given
+resources as the embedded cluster's devices are, so every notebook runs on it
+unchanged by passing the scheduler address. ``down`` stops the processes and
+removes the namespaces and the bridge; a failed ``up`` does the same before it
+raises. What ``up`` made is written to a state file, so ``down`` works from
+another process (``edgelab cluster down``).
+
+Delay and loss are not shaped here: ``tc netem`` is absent from some kernels
+(this project's build machine among them).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgelab.cluster import device_resource, tier_resource
+from edgelab.devices import get_profile
+from edgelab.errors import ClusterError, ConfigError
+from edgelab.paths import cache_dir
+
+SCHEDULER_PORT = 8786
+STATE_FILE = "shaped-hosts.json"
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")  # interface names are at most 15 bytes: prefix + "h" + index
+
+
+@dataclass(frozen=True)
+class HostsSpec:
+    """What to build: ``devices`` hosts of ``profile`` on ``subnet``, links at ``rate_mbit`` (the profile's)."""
+
+    devices: int = 3
+    profile: str = "pi3b"
+    tier: str = "edge"
+    rate_mbit: float | None = None
+    subnet: str = "10.213.0.0/24"
+    prefix: str = "el"
+    worker_memory: str = "2GiB"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 200:
+            raise ConfigError("devices", self.devices, "an integer from 1 to 200")
+        get_profile(self.profile)  # raises for an unknown profile
+        if self.rate_mbit is not None and not (isinstance(self.rate_mbit, int | float) and self.rate_mbit > 0):
+            raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")
+        if not _PREFIX.match(self.prefix):
+            raise ConfigError("prefix", self.prefix, "1-6 lowercase letters and digits, starting with a letter")
+        try:
+            net = ipaddress.ip_network(self.subnet)
+        except ValueError:
+            raise ConfigError("subnet", self.subnet, "an IPv4 network such as 10.213.0.0/24") from None
+        if not isinstance(net, ipaddress.IPv4Network) or net.num_addresses < self.devices + 3:
+            raise ConfigError("subnet", self.subnet, f"an IPv4 network with room for {self.devices + 1} hosts")
+
+    @property
+    def rate(self) -> float:
+        """Link rate in Mbit/s."""
+        return float(self.rate_mbit if self.rate_mbit is not None else get_profile(self.profile).link_mbps)
+
+    def address(self, index: int) -> str:
+        """Host ``index``'s address: 0 is the scheduler (the bridge), 1.. the devices."""
+        return str(ipaddress.ip_network(self.subnet)[index + 1])
+
+    def device(self, i: int) -> str:
+        """Device ``i``'s name, as the embedded cluster names it (``pi3b-0`` ...)."""
+        return f"{self.profile}-{i}"
+
+
+@dataclass
+class ShapedHosts:
+    """A running shaped cluster: where its scheduler listens and everything ``down`` must remove."""
+
+    spec: HostsSpec
+    scheduler_address: str
+    bridge: str
+    namespaces: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)
+    logs: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record (the state file)."""
+        return {**asdict(self), "spec": asdict(self.spec)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShapedHosts:
+        """The record ``to_dict`` wrote."""
+        return cls(**{**data, "spec": HostsSpec(**data["spec"])})
+
+
+def state_dir() -> Path:
+    """Where the state file and the processes' logs go: ``<cache>/shaped-hosts``."""
+    return cache_dir() / "shaped-hosts"
+
+
+def check_machine() -> None:
+    """Raise a ClusterError naming what this machine lacks: root, ``ip`` or ``tc``."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise ClusterError(f"shaped hosts need {' and '.join(missing)} (Debian: apt-get install iproute2)")
+    if os.geteuid() != 0:
+        raise ClusterError("shaped hosts need root: network namespaces, veth links and tc qdiscs are privileged")
+
+
+def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0) -> ShapedHosts:
+    """Build the hosts, start the scheduler and a worker per device; return once every worker has joined."""
+    check_machine()
+    folder = folder or state_dir()
+    state_path = folder / STATE_FILE
+    if state_path.exists():
+        raise ClusterError(f"a shaped cluster is already up (state in {state_path}); run `edgelab cluster down` first")
+    net = ipaddress.ip_network(spec.subnet)
+    hosts = ShapedHosts(
+        spec, f"tcp://{spec.address(0)}:{SCHEDULER_PORT}", f"{spec.prefix}br0", logs=str(folder / "logs")
+    )
+    Path(hosts.logs).mkdir(parents=True, exist_ok=True)
+    try:
+        _ip("link", "add", hosts.bridge, "type", "bridge")
+        hosts.links.append(hosts.bridge)  # only what this call made is ever removed
+        _ip("addr", "add", f"{spec.address(0)}/{net.prefixlen}", "dev", hosts.bridge)
+        _ip("link", "set", hosts.bridge, "up")
+        _write_state(state_path, hosts)  # from here on, `down` can undo whatever follows
+        for i in range(spec.devices):
+            _add_host(spec, hosts, i, net.prefixlen)
+            _write_state(state_path, hosts)
+        hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec))
+        for i in range(spec.devices):
+            ns = hosts.namespaces[i]
+            hosts.pids[spec.device(i)] = _spawn(hosts, spec.device(i), ns, _worker_command(spec, hosts, i))
+        _write_state(state_path, hosts)
+        _wait_for_workers(hosts, timeout_s)
+    except BaseException:
+        _teardown(hosts)
+        state_path.unlink(missing_ok=True)
+        raise
+    return hosts
+
+
+def down(*, folder: Path | None = None) -> ShapedHosts | None:
+    """Stop the processes and remove the namespaces, links and bridge of the cluster ``up`` recorded."""
+    state_path = (folder or state_dir()) / STATE_FILE
+    if not state_path.exists():
+        return None
+    hosts = ShapedHosts.from_dict(json.loads(state_path.read_text()))
+    _teardown(hosts)
+    state_path.unlink()
+    return hosts
+
+
+def status(*, folder: Path | None = None) -> ShapedHosts | None:
+    """The running cluster's record, or None when none is up."""
+    state_path = (folder or state_dir()) / STATE_FILE
+    return ShapedHosts.from_dict(json.loads(state_path.read_text())) if state_path.exists() else None
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Namespaces and links of ``prefix`` that exist on this machine now (empty after a clean ``down``)."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split("\n")
+    found = [n.split()[0] for n in names if n.startswith(f"{prefix}-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if re.fullmatch(rf"{prefix}(br0|h\d+)", m)]
+    return found
+
+
+# ------------------------------------------------------------- internals ----
+
+
+def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> None:
+    """Namespace ``<prefix>-<device>`` with a veth pair to the bridge, both ends shaped to the link rate."""
+    ns, outside, inside = f"{spec.prefix}-{spec.device(i)}", f"{spec.prefix}h{i}", f"{spec.prefix}n{i}"
+    _ip("netns", "add", ns)
+    hosts.namespaces.append(ns)
+    _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+    hosts.links.append(outside)
+    _ip("link", "set", inside, "netns", ns)
+    _ip("link", "set", outside, "master", hosts.bridge)
+    _ip("link", "set", outside, "up")
+    _ip("-n", ns, "addr", "add", f"{spec.address(i + 1)}/{prefixlen}", "dev", inside)
+    _ip("-n", ns, "link", "set", inside, "up")
+    _ip("-n", ns, "link", "set", "lo", "up")
+    # Both directions: the outside end's egress is what enters the device, the inside end's what leaves it.
+    for where, dev in (([], outside), (["-n", ns], inside)):
+        _run(["tc", *where, "qdisc", "add", "dev", dev, "root", "tbf", *_tbf(spec.rate)])
+
+
+def _tbf(rate_mbit: float) -> list[str]:
+    """Token-bucket arguments: the rate, a bucket of 1 ms of it (at least two full frames), 50 ms of queue.
+
+    A small bucket keeps a short transfer from crossing at line speed: with
+    10 ms of bucket, a LeNet-MLP round's 0.9 MB crossed 20% faster than the rate
+    allows. tbf splits segmentation-offloaded packets larger than the bucket.
+    """
+    rate_bytes = rate_mbit * 1e6 / 8
+    burst = max(3028, int(rate_bytes / 1000))
+    return ["rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", "50ms"]
+
+
+def _scheduler_command(spec: HostsSpec) -> list[str]:
+    return [
+        _dask(),
+        "scheduler",
+        "--host",
+        spec.address(0),
+        "--port",
+        str(SCHEDULER_PORT),
+        "--dashboard-address",
+        f"{spec.address(0)}:8787",
+    ]
+
+
+def _worker_command(spec: HostsSpec, hosts: ShapedHosts, i: int) -> list[str]:
+    name = spec.device(i)
+    resources = f"{device_resource(name)}=1,{tier_resource(spec.tier)}=1"
+    return [
+        _dask(),
+        "worker",
+        hosts.scheduler_address,
+        "--name",
+        name,
+        "--host",
+        spec.address(i + 1),
+        "--nthreads",
+        "1",
+        "--memory-limit",
+        spec.worker_memory,
+        "--resources",
+        resources,
+        "--no-dashboard",
+    ]
+
+
+def _dask() -> str:
+    """The ``dask`` program of this interpreter's environment."""
+    beside = Path(sys.executable).parent / "dask"
+    found = str(beside) if beside.exists() else shutil.which("dask")
+    if not found:
+        raise ClusterError("the `dask` program is not installed in this environment (pip install distributed)")
+    return found
+
+
+def _worker_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "1"})
+    # The nanny leaves MALLOC_TRIM_THRESHOLD_ unset, as the embedded cluster does (cluster/README.md).
+    env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"] = "{'MALLOC_TRIM_THRESHOLD_': None}"
+    return env
+
+
+def _spawn(hosts: ShapedHosts, name: str, namespace: str | None, command: list[str]) -> int:
+    """Start ``command`` (inside ``namespace``) in its own process group, its output in ``<logs>/<name>.log``."""
+    prefix = ["ip", "netns", "exec", namespace] if namespace else []
+    with open(Path(hosts.logs) / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            [*prefix, *command],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_worker_environment(),
+            start_new_session=True,
+        )
+    return process.pid
+
+
+def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
+    from distributed import Client
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for name, pid in hosts.pids.items():
+            if not _alive(pid):
+                log = Path(hosts.logs) / f"{name}.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+                raise ClusterError(f"{name} exited while starting; its log {log} ends: {' | '.join(tail)}")
+        try:
+            with Client(hosts.scheduler_address, timeout=5) as client:
+                client.wait_for_workers(hosts.spec.devices, timeout=max(1.0, deadline - time.monotonic()))
+                return
+        except (OSError, TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"the shaped cluster did not come up within {timeout_s:.0f} s ({exc}); logs in {hosts.logs}"
+                ) from exc
+            time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _teardown(hosts: ShapedHosts) -> None:
+    """Stop every process group (TERM, then KILL), then remove namespaces, links and the bridge."""
+    for pid in hosts.pids.values():
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in hosts.pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in hosts.pids.values():
+        _signal_group(pid, signal.SIGKILL)
+    for pid in hosts.pids.values():
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap our own children; others' are reaped by init
+        except ChildProcessError:
+            pass
+    for ns in hosts.namespaces:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+    for link in hosts.links:
+        subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _write_state(path: Path, hosts: ShapedHosts) -> None:
+    from edgelab.results import atomic_write_text
+
+    atomic_write_text(path, json.dumps(hosts.to_dict(), indent=1))
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+def _run(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ClusterError(f"`{' '.join(command)}` failed: {done.stderr.strip() or done.stdout.strip()}")

@@ -1,0 +1,144 @@
+"""Shaped hosts on this machine: real namespaces, real tc-shaped links, the real dask programs.
+
+Needs root and iproute2 (as CI on the build machine has); skipped elsewhere, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgelab import shaped_hosts as sh
+from edgelab.errors import ClusterError, ConfigError
+
+PREFIX = "elt"  # not the default "el": a user's own shaped cluster is left alone
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
+    reason="shaped hosts need root and iproute2 (ip, tc)",
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"devices": 0}, r"devices=0 is not allowed: an integer from 1 to 200"),
+        ({"rate_mbit": -1.0}, r"rate_mbit=-1.0 is not allowed: a link rate in Mbit/s > 0"),
+        ({"prefix": "Edge-Lab"}, r"prefix='Edge-Lab' is not allowed"),
+        ({"subnet": "10.0.0.0/30", "devices": 3}, r"subnet='10.0.0.0/30' is not allowed: an IPv4 network with room"),
+        ({"subnet": "fe80::/64"}, r"subnet='fe80::/64' is not allowed"),
+        ({"profile": "pi9"}, r"pi9"),
+    ],
+)
+def test_bad_specs_are_refused_before_anything_is_built(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        sh.HostsSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_addresses_and_rates_come_from_the_spec() -> None:
+    spec = sh.HostsSpec(devices=2, subnet="10.9.8.0/24")
+    assert (spec.address(0), spec.address(2)) == ("10.9.8.1", "10.9.8.3")
+    assert spec.rate == 100.0  # the Pi 3B profile's Ethernet
+    assert sh.HostsSpec(rate_mbit=20).rate == 20.0
+    # the bucket holds 1 ms of the rate, and never less than two full Ethernet frames
+    assert sh._tbf(1000.0)[:4] == ["rate", "1000.0mbit", "burst", "125000"]
+    assert sh._tbf(10.0)[3] == "3028"
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[sh.ShapedHosts]:
+    running = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+    try:
+        yield running
+    finally:
+        sh.down(folder=tmp_path)
+
+
+@needs_root
+@pytest.mark.integration
+def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.ShapedHosts, tmp_path: Path) -> None:
+    from distributed import Client
+
+    with Client(hosts.scheduler_address) as client:
+        workers = client.scheduler_info()["workers"]
+        by_name = {w["name"]: a for a, w in workers.items()}
+        assert sorted(by_name) == ["pi3b-0", "pi3b-1"]
+        assert all(a.startswith("tcp://10.214.0.") for a in by_name.values())
+        assert workers[by_name["pi3b-0"]]["resources"] == {"device-pi3b-0": 1, "tier-edge": 1}
+        size = 8_000_000  # 0.64 s at 100 Mbit/s
+        weights = client.submit(np.ones, size, np.uint8, workers=[by_name["pi3b-0"]], pure=False)
+        received = client.submit(lambda x: int(x.nbytes), weights, workers=[by_name["pi3b-1"]], pure=False)
+        assert received.result() == size
+        log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log), workers=[by_name["pi3b-1"]])
+    [transfer] = [t for t in log[by_name["pi3b-1"]] if t["total"] >= size]
+    implied = size * 8 / 100e6
+    assert transfer["duration"] == pytest.approx(implied, rel=0.20)
+    assert sh.status(folder=tmp_path) is not None
+
+
+@needs_root
+@pytest.mark.integration
+def test_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    running = sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+    assert sorted(sh.leftovers(PREFIX)) == [f"{PREFIX}-pi3b-0", f"{PREFIX}br0", f"{PREFIX}h0"]
+    with pytest.raises(ClusterError, match="already up"):
+        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+    sh.down(folder=tmp_path)
+    assert sh.leftovers(PREFIX) == []
+    assert not any(sh._alive(pid) for pid in running.pids.values())
+    assert sh.status(folder=tmp_path) is None and sh.down(folder=tmp_path) is None
+
+
+@needs_root
+@pytest.mark.integration
+def test_a_failed_up_removes_what_it_built_and_nothing_else(tmp_path: Path) -> None:
+    # The second host's namespace exists already: `up` builds the bridge and the first host, then fails.
+    taken = f"{PREFIX}-pi3b-1"
+    assert os.system(f"ip netns add {taken}") == 0
+    try:
+        with pytest.raises(ClusterError, match=rf"`ip netns add {taken}` failed"):
+            sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+        assert sh.leftovers(PREFIX) == [taken]  # its own parts gone, the namespace it did not make kept
+        assert not (tmp_path / sh.STATE_FILE).exists()
+    finally:
+        os.system(f"ip netns del {taken}")
+    assert sh.leftovers(PREFIX) == []
+
+
+@pytest.fixture(scope="module")
+def bench_shaped_link():  # type: ignore[no-untyped-def]
+    import sys
+
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    saved = dict(os.environ)  # the benchmark caps TensorFlow's threads on import, for its own process
+    sys.path.insert(0, benchmarks)
+    try:
+        import bench_shaped_link
+
+        yield bench_shaped_link
+    finally:
+        sys.path.remove(benchmarks)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_round(bench_shaped_link) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from edgelab.train import TrainConfig, TrainRun
+
+    records = pd.DataFrame(
+        {
+            "round": [0, 0, 1, 1],
+            "bytes_received": [1_000_000, 2_000_000, 500_000, 500_000],
+            "bytes_sent": [1_000_000, 1_000_000, 500_000, 1_500_000],
+        }
+    )
+    run = TrainRun(TrainConfig(model="mlp", n_devices=2), records, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    # round 0: the second device moves 3 MB, 0.24 s at 100 Mbit/s; round 1: 2 MB, 0.16 s; mean 0.2 s
+    assert bench_shaped_link.analytic_link_s(run, 12.5e6) == pytest.approx(0.2)
