@@ -332,11 +332,16 @@ def cluster_command(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             spec = shaped_hosts.HostsSpec(
-                devices=args.devices, profile=args.profile, rate_mbit=args.rate_mbit, subnet=args.subnet
+                devices=args.devices, profile=args.profile, rate_mbit=args.rate_mbit, subnet=args.subnet, tls=args.tls
             )
             hosts = shaped_hosts.up(spec)
+            print(f"edgelab: {spec.devices} hosts up, links {spec.rate:g} Mbit/s; scheduler {hosts.scheduler_address}")
+            if hosts.certificates:
+                from edgelab.tls import Certificates
+
+                exports = " ".join(f"{k}={v}" for k, v in Certificates(hosts.certificates).client_environment().items())
+                print(f"  TLS only; a client needs its certificate, e.g.:\n  export {exports}")
             print(
-                f"edgelab: {spec.devices} hosts up, links {spec.rate:g} Mbit/s; scheduler {hosts.scheduler_address}\n"
                 f"  run a notebook on it: ./run.sh reproduce --scheduler {hosts.scheduler_address} --notebook NAME\n"
                 "  take it down: ./run.sh cluster down"
             )
@@ -386,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     clu.add_argument("--profile", default="pi3b", help="device profile: names, and the link rate unless --rate-mbit")
     clu.add_argument("--rate-mbit", type=float, default=None, help="link rate of every host in Mbit/s")
     clu.add_argument("--subnet", default="10.213.0.0/24", help="IPv4 network of the hosts (default 10.213.0.0/24)")
+    clu.add_argument("--tls", action="store_true", help="TLS only, with certificates from a CA made for the cluster")
     args = parser.parse_args(argv)
 
     if args.command == "cluster":

@@ -12,6 +12,12 @@ removes the namespaces and the bridge; a failed ``up`` does the same before it
 raises. What ``up`` made is written to a state file, so ``down`` works from
 another process (``edgelab cluster down``).
 
+With ``tls=True`` the scheduler and workers speak TLS only, with certificates
+from a CA made for the cluster (``edgelab.tls``): a worker or client without
+one of its certificates cannot join. ``ShapedHosts.security()`` is what a
+client passes; ``edgelab cluster up --tls`` prints the same as environment
+variables, so notebooks connect unchanged.
+
 Delay and loss are not shaped here: ``tc netem`` is absent from some kernels
 (this project's build machine among them).
 """
@@ -35,6 +41,7 @@ from edgelab.cluster import device_resource, tier_resource
 from edgelab.devices import get_profile
 from edgelab.errors import ClusterError, ConfigError
 from edgelab.paths import cache_dir
+from edgelab.tls import Certificates, make_certificates
 
 SCHEDULER_PORT = 8786
 STATE_FILE = "shaped-hosts.json"
@@ -52,6 +59,7 @@ class HostsSpec:
     subnet: str = "10.213.0.0/24"
     prefix: str = "el"
     worker_memory: str = "2GiB"
+    tls: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 200:
@@ -59,6 +67,8 @@ class HostsSpec:
         get_profile(self.profile)  # raises for an unknown profile
         if self.rate_mbit is not None and not (isinstance(self.rate_mbit, int | float) and self.rate_mbit > 0):
             raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")
+        if not isinstance(self.tls, bool):
+            raise ConfigError("tls", self.tls, "True or False")
         if not _PREFIX.match(self.prefix):
             raise ConfigError("prefix", self.prefix, "1-6 lowercase letters and digits, starting with a letter")
         try:
@@ -93,6 +103,11 @@ class ShapedHosts:
     links: list[str] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     logs: str = ""
+    certificates: str = ""  # the folder of edgelab.tls's files, when the cluster speaks TLS only
+
+    def security(self) -> Any:
+        """What a client of this cluster needs: None for plain TCP, else a TLS ``distributed.Security``."""
+        return Certificates(self.certificates).security() if self.certificates else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record (the state file)."""
@@ -126,10 +141,14 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
     if state_path.exists():
         raise ClusterError(f"a shaped cluster is already up (state in {state_path}); run `edgelab cluster down` first")
     net = ipaddress.ip_network(spec.subnet)
+    protocol = "tls" if spec.tls else "tcp"
     hosts = ShapedHosts(
-        spec, f"tcp://{spec.address(0)}:{SCHEDULER_PORT}", f"{spec.prefix}br0", logs=str(folder / "logs")
+        spec, f"{protocol}://{spec.address(0)}:{SCHEDULER_PORT}", f"{spec.prefix}br0", logs=str(folder / "logs")
     )
     Path(hosts.logs).mkdir(parents=True, exist_ok=True)
+    if spec.tls:
+        addresses = [spec.address(i) for i in range(spec.devices + 1)]
+        hosts.certificates = make_certificates(folder / "tls", addresses).folder
     try:
         _ip("link", "add", hosts.bridge, "type", "bridge")
         hosts.links.append(hosts.bridge)  # only what this call made is ever removed
@@ -139,7 +158,7 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
         for i in range(spec.devices):
             _add_host(spec, hosts, i, net.prefixlen)
             _write_state(state_path, hosts)
-        hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec))
+        hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec, hosts))
         for i in range(spec.devices):
             ns = hosts.namespaces[i]
             hosts.pids[spec.device(i)] = _spawn(hosts, spec.device(i), ns, _worker_command(spec, hosts, i))
@@ -211,7 +230,7 @@ def _tbf(rate_mbit: float) -> list[str]:
     return ["rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", "50ms"]
 
 
-def _scheduler_command(spec: HostsSpec) -> list[str]:
+def _scheduler_command(spec: HostsSpec, hosts: ShapedHosts) -> list[str]:
     return [
         _dask(),
         "scheduler",
@@ -221,7 +240,14 @@ def _scheduler_command(spec: HostsSpec) -> list[str]:
         str(SCHEDULER_PORT),
         "--dashboard-address",
         f"{spec.address(0)}:8787",
+        *_tls_arguments(hosts, "scheduler"),
     ]
+
+
+def _tls_arguments(hosts: ShapedHosts, role: str) -> list[str]:
+    if not hosts.certificates:
+        return []
+    return ["--protocol", "tls", *Certificates(hosts.certificates).dask_arguments(role)]
 
 
 def _worker_command(spec: HostsSpec, hosts: ShapedHosts, i: int) -> list[str]:
@@ -242,6 +268,7 @@ def _worker_command(spec: HostsSpec, hosts: ShapedHosts, i: int) -> list[str]:
         "--resources",
         resources,
         "--no-dashboard",
+        *_tls_arguments(hosts, "worker"),
     ]
 
 
@@ -288,7 +315,7 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
                 raise ClusterError(f"{name} exited while starting; its log {log} ends: {' | '.join(tail)}")
         try:
-            with Client(hosts.scheduler_address, timeout=5) as client:
+            with Client(hosts.scheduler_address, timeout=5, security=hosts.security()) as client:
                 client.wait_for_workers(hosts.spec.devices, timeout=max(1.0, deadline - time.monotonic()))
                 return
         except (OSError, TimeoutError) as exc:
@@ -325,6 +352,8 @@ def _teardown(hosts: ShapedHosts) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
     for link in hosts.links:
         subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+    if hosts.certificates:  # keys of a cluster that is gone
+        shutil.rmtree(hosts.certificates, ignore_errors=True)
 
 
 def _signal_group(pid: int, sig: int) -> None:

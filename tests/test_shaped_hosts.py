@@ -142,3 +142,53 @@ def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_roun
     run = TrainRun(TrainConfig(model="mlp", n_devices=2), records, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     # round 0: the second device moves 3 MB, 0.24 s at 100 Mbit/s; round 1: 2 MB, 0.16 s; mean 0.2 s
     assert bench_shaped_link.analytic_link_s(run, 12.5e6) == pytest.approx(0.2)
+
+
+@needs_root
+@pytest.mark.integration
+def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_goes_on(tmp_path: Path) -> None:
+    import subprocess
+
+    from distributed import Client
+
+    from edgelab.tls import make_certificates
+
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=True)
+    hosts = sh.up(spec, folder=tmp_path / "state")
+    try:
+        assert hosts.scheduler_address == "tls://10.214.0.1:8786"
+        strangers = make_certificates(tmp_path / "strangers", ["10.214.0.1"])  # a CA of their own
+        # A worker holding another CA's certificate tries to join, and gives up after its death timeout.
+        rogue = subprocess.run(
+            [
+                sh._dask(),
+                "worker",
+                hosts.scheduler_address,
+                "--name",
+                "rogue",
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--death-timeout",
+                "5",
+                *strangers.dask_arguments("worker"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert rogue.returncode != 0
+        assert "TLS handshake failed" in (Path(hosts.logs) / "scheduler.log").read_text()
+        # Nor can a client without the cluster's certificate, over TLS or plain TCP.
+        for address, security in ((hosts.scheduler_address, strangers.security()), ("tcp://10.214.0.1:8786", None)):
+            with pytest.raises((OSError, TimeoutError)):
+                Client(address, timeout=3, security=security)
+        with Client(hosts.scheduler_address, security=hosts.security()) as client:
+            names = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
+            assert names == ["pi3b-0", "pi3b-1"]  # the rogue never joined
+            assert client.submit(sum, [1, 2, 3], pure=False).result() == 6  # and the cluster works
+        assert (Path(hosts.certificates) / "client-key.pem").stat().st_mode & 0o077 == 0  # keys private
+    finally:
+        sh.down(folder=tmp_path / "state")
+    assert not Path(hosts.certificates).exists()  # the keys go with the cluster
