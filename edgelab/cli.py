@@ -384,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run on this Dask scheduler (e.g. tls://pi-master:8786) instead of the embedded emulated cluster",
     )
     rep.add_argument("--verbose", action="store_true", help="print library output instead of logging it")
+    rep.add_argument(
+        "--performance-reports",
+        metavar="DIR",
+        default=None,
+        help="save Dask's performance report (HTML) of each experiment's runs as DIR/<experiment>.html",
+    )
     sub.add_parser("report", help="draw reports/index.html from the manifests, running nothing")
     clu = sub.add_parser("cluster", help="bring shaped hosts up on this machine (root), or take them down")
     clu.add_argument("action", choices=("up", "down", "status"))
@@ -417,6 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item_id in unrendered:
             print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
     reports = profile_reports_dir(args.profile, root)
+    if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.experiments.harness.run)
+        os.environ["EDGELAB_PERFORMANCE_REPORTS"] = str(Path(args.performance_reports).resolve())
     try:
         failures = reproduce(
             args.profile,

@@ -9,7 +9,13 @@ process at a fixed interval:
 * ``rss_bytes``: resident set size,
 * ``bytes_sent`` / ``bytes_received``: the payload bytes the device moved
   through Dask (weights in, updates out, data shards), counted exactly by the
-  runtime at the point they cross the wire.
+  runtime at the point they cross the wire;
+* ``nic_bytes_sent`` / ``nic_bytes_received``: what the host's network
+  interfaces (all but loopback) counted, headers and Dask's own messages
+  included. On a real board, or a shaped host (``edgelab.shaped_hosts``, a
+  network namespace per device), that is the device's own link; on the
+  embedded cluster the devices talk over loopback, so these count the
+  machine's other traffic, none of theirs.
 
 The samples leave the device with every round's result (``drain``), as
 Ganglia's reports leave a board every 30 s: a device that dies loses only what
@@ -63,12 +69,15 @@ class ResourceSampler:
         """Take one sample now and keep it."""
         cpu = self._process.cpu_times()
         sent, received = self.counters()
+        nic_sent, nic_received = nic_counters()
         row = {
             "t": time.time(),
             "cpu_s": cpu.user + cpu.system,
             "rss_bytes": float(self._process.memory_info().rss),
             "bytes_sent": float(sent),
             "bytes_received": float(received),
+            "nic_bytes_sent": float(nic_sent),
+            "nic_bytes_received": float(nic_received),
         }
         with self._lock:
             self.samples.append(row)
@@ -101,6 +110,13 @@ class ResourceSampler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
+
+
+def nic_counters() -> tuple[int, int]:
+    """Bytes sent and received by this network namespace's interfaces, loopback left out."""
+    counters = psutil.net_io_counters(pernic=True)
+    real = [c for name, c in counters.items() if name != "lo"]
+    return sum(c.bytes_sent for c in real), sum(c.bytes_recv for c in real)
 
 
 def utilisation(samples: pd.DataFrame, *, cores: int = 1) -> pd.DataFrame:

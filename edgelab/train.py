@@ -342,7 +342,16 @@ def train(
     )
 
 
-MONITOR_COLUMNS = ["device", "t", "cpu_s", "rss_bytes", "bytes_sent", "bytes_received"]
+MONITOR_COLUMNS = [
+    "device",
+    "t",
+    "cpu_s",
+    "rss_bytes",
+    "bytes_sent",
+    "bytes_received",
+    "nic_bytes_sent",
+    "nic_bytes_received",
+]
 RECOVERY_COLUMNS = ["device", "phase", "at", "error", "t", "detect_s", "back_s", "time_lost_s", "t_resumed", "resumed"]
 KILL_COLUMNS = ["device", "phase", "at", "t"]
 

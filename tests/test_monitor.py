@@ -44,7 +44,16 @@ def test_sampler_samples_repeatedly_in_background() -> None:
     # Assert
     assert len(samples) >= 4
     frame = pd.DataFrame(samples)
-    assert list(frame.columns) == ["t", "cpu_s", "rss_bytes", "bytes_sent", "bytes_received"]
+    assert list(frame.columns) == [
+        "t",
+        "cpu_s",
+        "rss_bytes",
+        "bytes_sent",
+        "bytes_received",
+        "nic_bytes_sent",
+        "nic_bytes_received",
+    ]
+    assert frame["nic_bytes_received"].is_monotonic_increasing
     assert frame["t"].is_monotonic_increasing and frame["t"].diff().dropna().gt(0).all()
     assert frame["cpu_s"].is_monotonic_increasing
     assert (frame["rss_bytes"] > 0).all()

@@ -192,3 +192,22 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
     finally:
         sh.down(folder=tmp_path / "state")
     assert not Path(hosts.certificates).exists()  # the keys go with the cluster
+
+
+@needs_root
+@pytest.mark.integration
+def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts: sh.ShapedHosts) -> None:
+    from edgelab.cluster import connect
+    from edgelab.data import load_dataset
+    from edgelab.train import TrainConfig, train
+
+    dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
+    with connect(2, scheduler_address=hosts.scheduler_address) as cluster:
+        run = train(cluster, dataset, TrainConfig(model="mlp", n_devices=2), log=lambda _: None)
+    for device, samples in run.monitor.groupby("device"):
+        first, last = samples.sort_values("t").iloc[[0, -1]].to_dict("records")
+        payload = last["bytes_received"] - first["bytes_received"]
+        on_the_wire = last["nic_bytes_received"] - first["nic_bytes_received"]
+        # the weights and the data shard crossed this host's own link, with framing and Dask's messages on top
+        assert payload > 1e6, device
+        assert payload <= on_the_wire <= 1.3 * payload + 200_000, (device, payload, on_the_wire)

@@ -12,8 +12,11 @@ resumes from the runs it stored.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -149,6 +152,7 @@ def run(
     store: ResultsStore | None = None,
     cluster: DeviceCluster | None = None,
     progress: Callable[[int, int, Any], None] | None = None,
+    performance_report: str | os.PathLike[str] | None = None,
 ) -> list[StoredRun]:
     """Execute every pending run and store it; return all runs of the plan that are stored.
 
@@ -166,6 +170,11 @@ def run(
         A cluster to use; one is started when ``None`` and something is pending.
     progress
         Called as ``progress(done, total, run)`` after each stored run.
+    performance_report
+        Where to save Dask's performance report (HTML: task stream, worker
+        profiles, bandwidth) of the runs executed now; default
+        ``$EDGELAB_PERFORMANCE_REPORTS/<experiment>.html`` when that variable
+        names a folder, else none.
 
     Returns
     -------
@@ -182,13 +191,16 @@ def run(
         try:
             # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
             context = {**plan.setup(cluster), "store": store}
+            report = performance_report or _default_performance_report(plan, todo)
+            recording = _performance_report(report, cluster) if report else contextlib.nullcontext()
             try:
-                progress_file.report(0, len(todo))
-                for done, item in enumerate(todo, start=1):
-                    store.put(plan.run_params(item), *plan.execute(cluster, item, context))
-                    progress_file.report(done, len(todo), item)
-                    if progress is not None:
-                        progress(done, len(todo), item)
+                with recording:
+                    progress_file.report(0, len(todo))
+                    for done, item in enumerate(todo, start=1):
+                        store.put(plan.run_params(item), *plan.execute(cluster, item, context))
+                        progress_file.report(done, len(todo), item)
+                        if progress is not None:
+                            progress(done, len(todo), item)
             finally:
                 plan.teardown(context)
         finally:
@@ -196,6 +208,29 @@ def run(
                 cluster.close()
     stored = [store.get(plan.run_params(r)) for r in plan.runs]
     return [r for r in stored if r is not None]
+
+
+def _default_performance_report(plan: Plan, runs: list[Any]) -> Path | None:
+    folder = os.environ.get("EDGELAB_PERFORMANCE_REPORTS")
+    if not folder:
+        return None
+    experiment = plan.run_params(runs[0]).get("experiment", type(plan).__module__.rsplit(".", 1)[-1])
+    return Path(folder) / f"{experiment}.html"
+
+
+def _performance_report(path: str | os.PathLike[str], cluster: DeviceCluster) -> Any:
+    """Dask's performance report of the block, written to ``path`` (its folder made first)."""
+    from distributed import performance_report
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return _on_client(performance_report(filename=str(path)), cluster)
+
+
+@contextlib.contextmanager
+def _on_client(report: Any, cluster: DeviceCluster) -> Iterator[None]:
+    # performance_report talks to the scheduler of the client made current: this cluster's.
+    with cluster.client.as_current(), report:
+        yield
 
 
 def print_progress(done: int, total: int, item: Any) -> None:

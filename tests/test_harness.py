@@ -1,0 +1,73 @@
+"""The experiment harness around a plan: runs stored as they finish, resumed, and a performance report on request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from edgelab.cluster import DeviceCluster
+from edgelab.devices import get_profile
+from edgelab.experiments import harness
+from edgelab.results import ResultsStore
+
+
+@dataclass
+class SquaresPlan(harness.Plan):
+    """Each run squares its number on a one-worker in-process cluster."""
+
+    params: Any
+    profile: Any
+    runs: list[int]
+    executed: list[int]
+
+    def run_params(self, run: int) -> dict[str, Any]:
+        return {"experiment": "squares", "n": run}
+
+    def devices_needed(self, runs: list[int]) -> int:
+        return 1
+
+    def start_cluster(self, runs: list[int], dashboard_address: str) -> DeviceCluster:
+        from distributed import Client, LocalCluster
+
+        local = LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0")
+        return DeviceCluster(Client(local), ["w"], get_profile("native"), False, local)
+
+    def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
+        return {}
+
+    def execute(self, cluster: DeviceCluster, run: int, context: dict[str, Any]) -> harness.Outcome:
+        self.executed.append(run)
+        value = cluster.client.submit(lambda n: n * n, run, pure=False).result()
+        return {"square": value}, {"table": pd.DataFrame({"n": [run], "square": [value]})}
+
+
+def _plan(runs: list[int]) -> SquaresPlan:
+    return SquaresPlan(None, get_profile("native"), runs, [])
+
+
+@pytest.mark.integration
+def test_runs_are_stored_and_a_second_call_executes_only_what_is_missing(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    first = _plan([1, 2])
+    assert [r.summary["square"] for r in harness.run(first, store=store)] == [1, 4]
+    again = _plan([1, 2, 3])
+    assert [r.summary["square"] for r in harness.run(again, store=store)] == [1, 4, 9]
+    assert (first.executed, again.executed) == ([1, 2], [3])
+
+
+@pytest.mark.integration
+def test_a_performance_report_is_saved_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = tmp_path / "reports" / "squares.html"
+    harness.run(_plan([5]), store=ResultsStore(tmp_path / "a"), performance_report=report)
+    assert report.exists() and "Dask Performance Report" in report.read_text()
+    # or for every experiment, by folder
+    monkeypatch.setenv("EDGELAB_PERFORMANCE_REPORTS", str(tmp_path / "by-env"))
+    harness.run(_plan([6]), store=ResultsStore(tmp_path / "b"))
+    assert (tmp_path / "by-env" / "squares.html").exists()
+    # and nothing is written when nothing was pending
+    harness.run(_plan([6]), store=ResultsStore(tmp_path / "b"), performance_report=tmp_path / "none.html")
+    assert not (tmp_path / "none.html").exists()
