@@ -68,8 +68,35 @@ def kill_outcome(run: TrainRun, undisturbed: TrainRun) -> dict[str, Any]:
     }
 
 
-def run_benchmark(*, kills: int, samples: int, seed: int) -> dict[str, Any]:
-    """The undisturbed run, then one run per seeded kill; every number measured."""
+def run_benchmark(*, kills: int, samples: int, seed: int, shaped: bool = False) -> dict[str, Any]:
+    """The undisturbed run, then one run per seeded kill; every number measured.
+
+    ``shaped``: on shaped hosts (``edgelab.shaped_hosts``, root): real ``dask
+    worker`` programs in their own network namespaces behind 100 Mbit/s links,
+    each under its nanny, reached only through the scheduler's address.
+    """
+    if shaped:
+        import tempfile
+
+        from edgelab import shaped_hosts
+
+        with tempfile.TemporaryDirectory(prefix="edgelab-recovery-") as folder:
+            spec = shaped_hosts.HostsSpec(devices=N_DEVICES, prefix="elr", subnet="10.216.0.0/24")
+            hosts = shaped_hosts.up(spec, folder=Path(folder))
+            try:
+                with connect(N_DEVICES, scheduler_address=hosts.scheduler_address) as cluster:
+                    result = _run_on(cluster, kills=kills, samples=samples, seed=seed)
+            finally:
+                shaped_hosts.down(folder=Path(folder))
+        result["cluster"] = f"shaped hosts: {N_DEVICES} network namespaces, {spec.rate:g} Mbit/s links"
+        return result
+    with connect(N_DEVICES, dashboard_address="127.0.0.1:0") as cluster:
+        result = _run_on(cluster, kills=kills, samples=samples, seed=seed)
+    result["cluster"] = f"embedded: {N_DEVICES} emulated devices on loopback"
+    return result
+
+
+def _run_on(cluster: Any, *, kills: int, samples: int, seed: int) -> dict[str, Any]:
     dataset = load_dataset("mnist", sample_limit=samples, test_limit=1000, seed=0)
     cfg = TrainConfig(model="mlp", n_devices=N_DEVICES, worker_data="shard", batch_size=64, seed=0)
     devices = [f"pi3b-{i}" for i in range(N_DEVICES)]
@@ -78,19 +105,18 @@ def run_benchmark(*, kills: int, samples: int, seed: int) -> dict[str, Any]:
     )
     results: list[dict[str, Any]] = []
     hung = None
-    with connect(N_DEVICES, dashboard_address="127.0.0.1:0") as cluster:
-        undisturbed = one_run(cluster, dataset, cfg, None)
-        print(f"undisturbed: {undisturbed.host['total_wall_s']:.1f} s, weights {undisturbed.weights_sha256[:12]}")
-        for i, schedule in enumerate(schedules):
-            kill = schedule.kills[0]
-            print(f"run {i + 1}/{len(schedules)}: kill {kill.device} in {kill.phase} {kill.at}", flush=True)
-            try:
-                run = one_run(cluster, dataset, cfg, schedule)
-            except concurrent.futures.TimeoutError:
-                hung = {"run": i, "kill": vars(kill), "limit_s": RUN_LIMIT_S}
-                print(f"  hung: no result within {RUN_LIMIT_S:.0f} s", flush=True)
-                break
-            results.append(kill_outcome(run, undisturbed))
+    undisturbed = one_run(cluster, dataset, cfg, None)
+    print(f"undisturbed: {undisturbed.host['total_wall_s']:.1f} s, weights {undisturbed.weights_sha256[:12]}")
+    for i, schedule in enumerate(schedules):
+        kill = schedule.kills[0]
+        print(f"run {i + 1}/{len(schedules)}: kill {kill.device} in {kill.phase} {kill.at}", flush=True)
+        try:
+            run = one_run(cluster, dataset, cfg, schedule)
+        except concurrent.futures.TimeoutError:
+            hung = {"run": i, "kill": vars(kill), "limit_s": RUN_LIMIT_S}
+            print(f"  hung: no result within {RUN_LIMIT_S:.0f} s", flush=True)
+            break
+        results.append(kill_outcome(run, undisturbed))
     return {
         "config": {**cfg.to_dict(), "n_train": dataset.n_train, "data_source": dataset.provenance()["source"]},
         "seed": seed,
@@ -120,7 +146,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         f"{len(runs)} runs with one SIGKILL each ({cfg['n_devices']} devices, {cfg['model']}, "
         f"{cfg['n_train']:,} samples, sync per {cfg['sync_every']}), "
-        f"seed {result['seed']}; phases covered: {', '.join(result['phases_covered'])}.",
+        f"seed {result['seed']}; phases covered: {', '.join(result['phases_covered'])}. "
+        f"Cluster: {result.get('cluster', 'embedded')}.",
         "",
         f"- **Runs finished with the undisturbed result, bit for bit: {identical} / {result['kills_planned']}**"
         + (f" (one hung: {result['hung']})" if result["hung"] else ""),
@@ -156,16 +183,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="MNIST training images")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill points")
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks")
+    parser.add_argument(
+        "--shaped", action="store_true", help="on shaped hosts (root): results go to recovery-shaped.{json,md}"
+    )
     args = parser.parse_args()
     if args.kills < len(PHASES):
         parser.error(f"--kills {args.kills}: at least {len(PHASES)}, one per phase ({', '.join(PHASES)})")
     # Dask logs each kill's aftermath (lost data, restarting worker); the benchmark prints its own lines.
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    result = run_benchmark(kills=args.kills, samples=args.samples, seed=args.seed)
+    result = run_benchmark(kills=args.kills, samples=args.samples, seed=args.seed, shaped=args.shaped)
     out = args.out_dir or reports_dir() / "benchmarks"
-    atomic_write_text(out / "recovery.json", json.dumps(result, indent=1, default=str) + "\n")
+    name = "recovery-shaped" if args.shaped else "recovery"
+    atomic_write_text(out / f"{name}.json", json.dumps(result, indent=1, default=str) + "\n")
     page = render_markdown(result)
-    atomic_write_text(out / "recovery.md", page)
+    atomic_write_text(out / f"{name}.md", page)
     print(page)
 
 

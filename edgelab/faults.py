@@ -149,7 +149,8 @@ def kill_worker(client: Any, address: str, *, local: bool) -> int:
     return pid
 
 
-def _kill_self() -> None:
+async def _kill_self() -> None:
+    # A coroutine: Dask's run(wait=False) takes only those, and replies before the worker dies.
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -211,3 +211,32 @@ def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts:
         # the weights and the data shard crossed this host's own link, with framing and Dask's messages on top
         assert payload > 1e6, device
         assert payload <= on_the_wire <= 1.3 * payload + 200_000, (device, payload, on_the_wire)
+
+
+@needs_root
+@pytest.mark.integration
+def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny_brings_it_back(
+    hosts: sh.ShapedHosts,
+) -> None:
+    import time
+
+    from distributed import Client
+
+    from edgelab.cluster import scheduler_workers
+    from edgelab.faults import kill_worker
+
+    with Client(hosts.scheduler_address) as client:
+        address = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "pi3b-1")
+        pid = kill_worker(client, address, local=False)  # the worker kills itself: the only way into a board
+        deadline = time.monotonic() + 60
+        while sh._alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not sh._alive(pid)
+
+        def restarted() -> bool:  # a new process of the same name: a new port
+            workers = {w["name"]: a for a, w in scheduler_workers(client).items()}
+            return workers.get("pi3b-1", address) != address
+
+        while not restarted() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert restarted()

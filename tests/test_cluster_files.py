@@ -1,0 +1,482 @@
+"""The files that run edgelab's cluster off this machine: checked without Docker, Kubernetes or a Pi.
+
+- ``cluster/compose/``: the compose file against the Compose Specification's JSON
+  schema, as check-jsonschema ships it, then what makes each worker a Pi 3B device.
+- ``cluster/kubernetes/``: every document against Kubernetes' own schemas, as
+  kubernetes-validate ships them (strict: unknown fields fail), then the same.
+- ``cluster/pi/``: the installer with bash -n and shellcheck, the systemd unit it
+  renders read section by section and with ``systemd-analyze verify``.
+
+Each validator is also shown a broken file, and must reject it.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from check_jsonschema.builtin_schemas import get_builtin_schema
+
+from edgelab import shaped_hosts
+from edgelab.cluster import TIER, device_names, device_resource, tier_resource
+from edgelab.devices import get_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_DIR = ROOT / "cluster" / "compose"
+KUBERNETES_DIR = ROOT / "cluster" / "kubernetes"
+PI_DIR = ROOT / "cluster" / "pi"
+INSTALL = PI_DIR / "install-worker.sh"
+UNIT = PI_DIR / "edgelab-worker.service"
+
+PROFILE = get_profile("pi3b")
+COMPOSE_DEVICES = 3  # the workers docker-compose.yml defines
+KUBERNETES_VERSION = "1.30"  # the oldest release the manifests must run on
+WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "1"}
+NO_MALLOC_TRIM = "{'MALLOC_TRIM_THRESHOLD_': None}"
+
+
+def _resources(device: str) -> str:
+    """The --resources value of a worker that is ``device``, as edgelab names the resources."""
+    return f"{device_resource(device)}=1,{tier_resource(TIER)}=1"
+
+
+# --- docker compose ------------------------------------------------------------------------------
+
+
+def _compose() -> dict[str, Any]:
+    with (COMPOSE_DIR / "docker-compose.yml").open(encoding="utf-8") as f:
+        data: dict[str, Any] = yaml.safe_load(f)
+    return data
+
+
+def _compose_errors(data: dict[str, Any]) -> list[str]:
+    schema = get_builtin_schema("vendor.compose-spec")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(data)]
+
+
+def _compose_workers() -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in _compose()["services"].items() if name != "scheduler"}
+
+
+def test_compose_file_follows_the_compose_spec() -> None:
+    assert _compose_errors(_compose()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cpu", 1.0), ("cap_add", "NET_ADMIN"), ("ports", "127.0.0.1:8788:8788")],
+    ids=["unknown-field", "cap_add-not-a-list", "ports-not-a-list"],
+)
+def test_compose_spec_rejects_a_broken_worker(field: str, value: object) -> None:
+    # Prepare
+    broken = copy.deepcopy(_compose())
+    broken["services"]["pi3b-0"][field] = value
+
+    # Execute
+    errors = _compose_errors(broken)
+
+    # Assert
+    assert any(e.startswith("services/pi3b-0") for e in errors), errors
+
+
+def test_compose_workers_are_the_first_pi3b_devices() -> None:
+    workers = _compose_workers()
+    assert len(workers) == COMPOSE_DEVICES
+    assert list(workers) == device_names(PROFILE, COMPOSE_DEVICES)
+
+
+@pytest.mark.parametrize("device", device_names(PROFILE, COMPOSE_DEVICES))
+def test_compose_worker_is_a_pi3b_device(device: str) -> None:
+    # Prepare
+    services = _compose()["services"]
+    worker = services[device]
+    command = worker["command"]
+
+    # Assert: a single-threaded worker of the scheduler service, named and resourced as the device
+    assert "scheduler" in services
+    assert command[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert command[command.index("--name") + 1] == device
+    assert command[command.index("--nthreads") + 1] == "1"
+    assert command[command.index("--memory-limit") + 1] == "900MiB"
+    assert command[command.index("--resources") + 1] == _resources(device)
+    assert worker["depends_on"] == ["scheduler"]
+    # One core and 1 GB, its link shaped by tc
+    assert (worker["cpus"], worker["mem_limit"]) == (1.0, "1g")
+    assert worker["cap_add"] == ["NET_ADMIN"]
+    assert worker["entrypoint"] == ["shape-link"]
+    env = worker["environment"]
+    assert {k: env[k] for k in WORKER_ENV} == WORKER_ENV
+    assert env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"] == NO_MALLOC_TRIM
+    assert "MALLOC_TRIM_THRESHOLD_" not in env
+
+
+def test_compose_publishes_ports_on_loopback_only() -> None:
+    published = {name: s.get("ports", []) for name, s in _compose()["services"].items()}
+    assert published["scheduler"] == ["127.0.0.1:8786:8786", "127.0.0.1:8787:8787"]
+    assert all(str(p).startswith("127.0.0.1:") for ports in published.values() for p in ports), published
+
+
+def test_compose_link_rate_defaults_to_the_profile() -> None:
+    for worker in _compose_workers().values():
+        assert worker["environment"]["LINK_MBIT"] == f"${{LINK_MBIT:-{PROFILE.link_mbps:g}}}"
+
+
+def test_dockerfile_copies_files_that_exist() -> None:
+    # Prepare: the build context is the repository root, as the compose file says
+    build = _compose()["services"]["scheduler"]["build"]
+    context = (COMPOSE_DIR / build["context"]).resolve()
+    dockerfile = (context / build["dockerfile"]).read_text(encoding="utf-8")
+
+    # Execute
+    sources = [
+        source
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY ")
+        for source in line.split()[1:-1]
+        if not source.startswith("--")
+    ]
+
+    # Assert
+    assert context == ROOT
+    assert "edgelab" in sources
+    assert [s for s in sources if not (context / s).exists()] == []
+
+
+def _worker_requirements_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("worker_requirements", COMPOSE_DIR / "worker_requirements.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("machine", "tensorflow"), [("x86_64", "tensorflow-cpu"), ("aarch64", "tensorflow")])
+def test_worker_requirements_keep_runtime_dependencies(machine: str, tensorflow: str) -> None:
+    # Prepare
+    module = _worker_requirements_module()
+
+    # Execute
+    wanted = module.worker_requirements(ROOT / "pyproject.toml", machine=machine)
+
+    # Assert: TensorFlow under the name PyPI has wheels for, same bounds; no client tools
+    assert f"{tensorflow}>=2.21,<2.22" in wanted
+    assert any(r.startswith("distributed>=") for r in wanted)
+    assert not any(r.split(">")[0] in module.CLIENT_ONLY for r in wanted)
+
+
+def _fake_programs(folder: Path, log: Path) -> dict[str, str]:
+    """An environment whose tc and setpriv only write their arguments to ``log``."""
+    folder.mkdir()
+    for name in ("tc", "setpriv"):
+        program = folder / name
+        program.write_text(f'#!/bin/sh\necho {name} "$@" >> "{log}"\n', encoding="utf-8")
+        program.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("rate_mbit", [100, 10, 1])
+def test_shape_link_sizes_the_bucket_as_shaped_hosts(tmp_path: Path, rate_mbit: int) -> None:
+    # Prepare
+    log = tmp_path / "calls.log"
+    env = {**_fake_programs(tmp_path / "bin", log), "LINK_MBIT": str(rate_mbit)}
+    expected = shaped_hosts._tbf(float(rate_mbit))
+
+    # Execute
+    subprocess.run(["sh", str(COMPOSE_DIR / "shape-link.sh"), "dask", "worker"], env=env, check=True, timeout=5)
+    tc, setpriv = log.read_text(encoding="utf-8").splitlines()
+
+    # Assert: the reference's bucket and queue, then the command run as the user edgelab
+    args = tc.split()
+    assert args[:7] == ["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf"]
+    assert args[7:9] == ["rate", f"{rate_mbit}mbit"]
+    assert args[9:] == expected[2:]
+    assert setpriv.split()[-3:] == ["--", "dask", "worker"]
+    assert "--reuid=edgelab" in setpriv.split()
+
+
+def test_shape_link_refuses_a_rate_that_is_not_a_number(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    env = {**_fake_programs(tmp_path / "bin", log), "LINK_MBIT": "100; reboot"}
+    done = subprocess.run(["sh", str(COMPOSE_DIR / "shape-link.sh"), "true"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "LINK_MBIT" in done.stderr
+    assert not log.exists()
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+
+def _manifests() -> list[tuple[str, dict[str, Any]]]:
+    """Every document of every file under cluster/kubernetes/, with a readable id."""
+    found = []
+    for path in sorted(KUBERNETES_DIR.glob("*.y*ml")):
+        with path.open(encoding="utf-8") as f:
+            for doc in yaml.safe_load_all(f):
+                if doc:
+                    found.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return found
+
+
+def _manifest(kind: str, name: str) -> dict[str, Any]:
+    return next(d for _, d in _manifests() if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    containers: list[dict[str, Any]] = doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    return containers
+
+
+def _without_limits(doc: dict[str, Any]) -> list[str]:
+    """Containers of ``doc`` with no memory limit: on a 1 GB board one of them could starve the rest."""
+    return [c["name"] for c in _containers(doc) if "memory" not in c.get("resources", {}).get("limits", {})]
+
+
+def test_kubernetes_manifests_are_found() -> None:
+    kinds = sorted(d["kind"] for _, d in _manifests())
+    assert kinds == ["Deployment", "Namespace", "Service", "Service", "StatefulSet"]
+
+
+@pytest.mark.parametrize("doc", [d for _, d in _manifests()], ids=[i for i, _ in _manifests()])
+def test_kubernetes_manifest_is_valid(doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def _unknown_field(doc: dict[str, Any]) -> None:
+    doc["spec"]["template"]["spec"]["containers"][0]["resource"] = {"limits": {"cpu": "1"}}
+
+
+def _replicas_as_text(doc: dict[str, Any]) -> None:
+    doc["spec"]["replicas"] = "three"
+
+
+def _env_without_name(doc: dict[str, Any]) -> None:
+    del doc["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"]
+
+
+@pytest.mark.parametrize("break_it", [_unknown_field, _replicas_as_text, _env_without_name])
+def test_kubernetes_validator_rejects_a_broken_worker(break_it: Any) -> None:
+    # Prepare
+    broken = copy.deepcopy(_manifest("StatefulSet", "pi3b"))
+    break_it(broken)
+
+    # Execute, Assert
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_every_container_has_a_memory_limit() -> None:
+    # Prepare: the check must catch a worker whose limits are gone
+    broken = copy.deepcopy(_manifest("StatefulSet", "pi3b"))
+    del broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+
+    # Assert
+    assert _without_limits(broken) == ["worker"]
+    assert {i: _without_limits(d) for i, d in _manifests() if _without_limits(d)} == {}
+
+
+def test_kubernetes_workers_are_pi3b_devices() -> None:
+    # Prepare: a StatefulSet names its pods <name>-0, <name>-1, ...; each is its worker's device
+    workers = _manifest("StatefulSet", "pi3b")
+    pod = workers["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    pods = [f"{workers['metadata']['name']}-{i}" for i in range(workers["spec"]["replicas"])]
+
+    # Assert: the pods are edgelab's device names, on 64-bit ARM boards, one core and 1 GiB each
+    assert pods == device_names(PROFILE, len(pods))
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    assert container["resources"]["requests"] == container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert {k: env[k]["value"] for k in WORKER_ENV} == WORKER_ENV
+    assert env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"]["value"] == NO_MALLOC_TRIM
+    assert "MALLOC_TRIM_THRESHOLD_" not in env
+    # The kubelet expands $(POD_NAME) in args: each pod's worker is named and resourced as its device
+    for name in pods:
+        args = [a.replace("$(POD_NAME)", name) for a in container["args"]]
+        assert container["command"] == ["dask", "worker"]
+        assert args[args.index("--name") + 1] == name
+        assert args[args.index("--nthreads") + 1] == "1"
+        assert args[args.index("--resources") + 1] == _resources(name)
+
+
+def test_kubernetes_scheduler_is_reachable_inside_the_cluster_only() -> None:
+    # Prepare
+    services = [d for _, d in _manifests() if d["kind"] == "Service"]
+    scheduler = _manifest("Service", "edgelab-scheduler")
+    pod_labels = _manifest("Deployment", "edgelab-scheduler")["spec"]["template"]["metadata"]["labels"]
+    worker_args = _containers(_manifest("StatefulSet", "pi3b"))[0]["args"]
+    ports = {p["port"] for p in scheduler["spec"]["ports"]}
+
+    # Assert: no Service is exposed outside; the workers' address is the scheduler Service's
+    assert [s["spec"].get("type", "ClusterIP") for s in services] == ["ClusterIP"] * len(services)
+    assert scheduler["spec"]["selector"].items() <= pod_labels.items()
+    assert worker_args[0] == f"tcp://{scheduler['metadata']['name']}:8786"
+    assert ports == {8786, 8787}
+
+
+def test_kubernetes_resources_share_one_namespace() -> None:
+    namespaced = {i: d["metadata"].get("namespace") for i, d in _manifests() if d["kind"] != "Namespace"}
+    assert set(namespaced.values()) == {_manifest("Namespace", "edgelab")["metadata"]["name"]}, namespaced
+
+
+# --- Raspberry Pi --------------------------------------------------------------------------------
+
+
+def _unit_sections(text: str) -> dict[str, list[tuple[str, str]]]:
+    """A systemd unit's sections, each a list of (key, value): keys such as Environment repeat."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], [])
+            continue
+        key, equals, value = line.partition("=")
+        if current is None or not equals:
+            raise ValueError(f"line {number} is neither a section nor a key=value in one: {line!r}")
+        current.append((key.strip(), value.strip()))
+    return sections
+
+
+def _values(section: list[tuple[str, str]], key: str) -> list[str]:
+    return [v for k, v in section if k == key]
+
+
+def _render_unit(**options: str) -> str:
+    """The unit install-worker.sh would install with ``options`` (--print-unit: it changes nothing)."""
+    flags = [word for name, value in options.items() for word in (f"--{name}", value)]
+    done = subprocess.run(
+        ["bash", str(INSTALL), *flags, "--print-unit"], capture_output=True, text=True, check=True, timeout=5
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("script", [INSTALL, COMPOSE_DIR / "shape-link.sh"], ids=lambda p: p.name)
+def test_shell_script_parses(script: Path) -> None:
+    shell = "bash" if script.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash") else "sh"
+    done = subprocess.run([shell, "-n", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("script", [INSTALL, COMPOSE_DIR / "shape-link.sh"], ids=lambda p: p.name)
+def test_shell_script_passes_shellcheck(script: Path) -> None:
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--scheduler is required"),
+        (["--scheduler", "tcp://10.0.0.1:8786"], "--device is required"),
+        (["--scheduler", "10.0.0.1:8786", "--device", "pi3b-0"], "--scheduler must look like tcp://HOST:PORT"),
+        (["--scheduler", "tcp://a|b:8786", "--device", "pi3b-0"], "--scheduler must look like"),
+        (["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi 3b"], "--device must be a name"),
+        (
+            ["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi3b-0", "--venv", "venv"],
+            "--venv must be an absolute path",
+        ),
+        (["--device"], "--device needs a value"),
+        (["--reboot"], "unknown argument '--reboot'"),
+    ],
+)
+def test_install_script_refuses_bad_arguments_before_doing_anything(args: list[str], message: str) -> None:
+    # Arguments are checked before the root check, so this never installs anything, even as root.
+    done = subprocess.run(["bash", str(INSTALL), *args], capture_output=True, text=True, timeout=5)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_unit_template_has_the_required_keys() -> None:
+    # Execute
+    sections = _unit_sections(UNIT.read_text(encoding="utf-8"))
+    service = sections["Service"]
+    (exec_start,) = _values(service, "ExecStart")
+
+    # Assert
+    assert set(sections) == {"Unit", "Service", "Install"}
+    assert _values(service, "Restart") == ["always"]
+    assert _values(service, "User") == ["edgelab"]
+    assert exec_start.startswith("/opt/edgelab/venv/bin/dask worker ${SCHEDULER} --name ${DEVICE} ")
+    assert "--nthreads 1 --memory-limit 900MiB" in exec_start
+    assert "--resources device-${DEVICE}=1,tier-${TIER}=1" in exec_start
+    environment = dict(v.split("=", 1) for v in _values(service, "Environment"))
+    assert {k: environment[k] for k in WORKER_ENV} == WORKER_ENV
+    assert "MALLOC_TRIM_THRESHOLD_" not in environment
+    assert _values(sections["Install"], "WantedBy") == ["multi-user.target"]
+
+
+def test_rendered_unit_runs_the_device() -> None:
+    # Execute
+    text = _render_unit(scheduler="tcp://192.168.1.10:8786", device="pi3b-7", tier="edge", user="pi", venv="/srv/el")
+    service = _unit_sections(text)["Service"]
+    environment = dict(v.split("=", 1) for v in _values(service, "Environment"))
+    # systemd substitutes ${NAME} from Environment=; each whole word stays one argument
+    (exec_start,) = _values(service, "ExecStart")
+    argv = [re.sub(r"\$\{(\w+)\}", lambda m: environment[m.group(1)], a) for a in shlex.split(exec_start)]
+
+    # Assert
+    assert _values(service, "User") == ["pi"]
+    assert argv[:3] == ["/srv/el/bin/dask", "worker", "tcp://192.168.1.10:8786"]
+    assert argv[argv.index("--name") + 1] == "pi3b-7"
+    assert argv[argv.index("--resources") + 1] == _resources("pi3b-7")
+
+
+def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=10
+    )
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["rendered", "broken-restart"])
+def test_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, broken: bool) -> None:
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    if not (Path(sys.prefix) / "bin" / "dask").exists():
+        pytest.skip("this environment has no dask program for ExecStart to name")
+    # Prepare: the venv of this test run, so that ExecStart names a program that exists
+    text = _render_unit(scheduler="tcp://127.0.0.1:8786", device="pi3b-0", user="root", venv=sys.prefix)
+    if broken:
+        text = text.replace("Restart=always", "Restart=sometimes")
+    unit = tmp_path / "edgelab-worker.service"
+    unit.write_text(text, encoding="utf-8")
+
+    # Execute
+    done = _verify(unit)
+
+    # Assert: systemd only warns about a value it cannot parse, so its output counts too
+    complaints = (done.returncode, (done.stdout + done.stderr).strip())
+    assert (complaints == (0, "")) != broken, complaints
+
+
+def test_install_script_writes_the_dask_config_the_readme_shows() -> None:
+    # Prepare
+    script = INSTALL.read_text(encoding="utf-8")
+    readme = (ROOT / "cluster" / "README.md").read_text(encoding="utf-8")
+
+    # Execute
+    (written,) = re.findall(r"<<'YAML'\n(.*?)\nYAML\n", script, flags=re.S)
+    shown = [b for b in re.findall(r"```yaml\n(.*?)```", readme, flags=re.S) if "MALLOC_TRIM_THRESHOLD_" in b]
+
+    # Assert
+    expected = {"distributed": {"nanny": {"pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": None}}}}
+    assert yaml.safe_load(written) == expected
+    assert [yaml.safe_load(b) for b in shown] == [expected]
