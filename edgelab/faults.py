@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -132,6 +133,48 @@ class KillSchedule:
             )
             for phase in order
         ]
+
+
+class LinkFault:
+    """A ``KillSchedule`` action that cuts or slows a device's link instead of killing it, for ``duration_s``.
+
+    ``links`` is a running set of shaped hosts (``edgelab.shaped_hosts``): a
+    cut takes the device's link down, a slow-down sets its rate to
+    ``rate_mbit``; after ``duration_s`` a timer restores it. A cut longer than
+    the scheduler's worker TTL loses the device: the scheduler drops it, the
+    worker (its heartbeats answered again once the link is back) shuts down,
+    its nanny starts it again, and the run recovers as from a kill. A shorter
+    cut, or a slow-down, only delays the run.
+    """
+
+    def __init__(self, links: Any, kind: str, *, duration_s: float, rate_mbit: float | None = None) -> None:
+        if kind not in ("cut", "slow"):
+            raise ConfigError("kind", kind, "'cut' or 'slow'")
+        if not (isinstance(duration_s, int | float) and duration_s > 0):
+            raise ConfigError("duration_s", duration_s, "seconds > 0")
+        if kind == "slow" and not (isinstance(rate_mbit, int | float) and rate_mbit > 0):
+            raise ConfigError("rate_mbit", rate_mbit, "a link rate in Mbit/s > 0 for a slow-down")
+        self.links, self.kind, self.duration_s, self.rate_mbit = links, kind, float(duration_s), rate_mbit
+        self.timers: list[threading.Timer] = []
+
+    def __call__(self, client: Any, address: str) -> None:
+        """Cut or slow the link of the device at ``address`` now; restore it after ``duration_s``."""
+        from edgelab import shaped_hosts
+
+        device = shaped_hosts.device_of(self.links, address)
+        if self.kind == "cut":
+            shaped_hosts.set_link(self.links, device, up=False)
+        else:
+            shaped_hosts.set_link(self.links, device, rate_mbit=self.rate_mbit)
+        timer = threading.Timer(self.duration_s, shaped_hosts.set_link, (self.links, device))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+
+    def wait(self) -> None:
+        """Wait until every link this fault touched is restored."""
+        for timer in self.timers:
+            timer.join()
 
 
 def kill_worker(client: Any, address: str, *, local: bool) -> int:

@@ -330,7 +330,10 @@ class Fleet:
                 self.kills.action(self.client, address)
             else:
                 kill_worker(self.client, address, local=self.kill_locally)
-            self.kills_fired.append({"device": kill.device, "phase": phase, "at": at, "t": self._now()})
+            action = getattr(self.kills.action, "kind", "kill")  # a LinkFault's "cut" or "slow"
+            self.kills_fired.append(
+                {"device": kill.device, "phase": phase, "at": at, "t": self._now(), "action": action}
+            )
 
     def prepare_all(self) -> None:
         """Set up every device that is not set up at its current worker."""

@@ -60,6 +60,8 @@ class HostsSpec:
     prefix: str = "el"
     worker_memory: str = "2GiB"
     tls: bool = False
+    # A device silent this long (its link cut) is dropped by the scheduler; Dask's default is 5 minutes.
+    worker_ttl_s: float = 15.0
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 200:
@@ -67,6 +69,8 @@ class HostsSpec:
         get_profile(self.profile)  # raises for an unknown profile
         if self.rate_mbit is not None and not (isinstance(self.rate_mbit, int | float) and self.rate_mbit > 0):
             raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")
+        if not (isinstance(self.worker_ttl_s, int | float) and self.worker_ttl_s > 0):
+            raise ConfigError("worker_ttl_s", self.worker_ttl_s, "seconds > 0")
         if not isinstance(self.tls, bool):
             raise ConfigError("tls", self.tls, "True or False")
         if not _PREFIX.match(self.prefix):
@@ -158,7 +162,8 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
         for i in range(spec.devices):
             _add_host(spec, hosts, i, net.prefixlen)
             _write_state(state_path, hosts)
-        hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec, hosts))
+        ttl = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{spec.worker_ttl_s}s"}
+        hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec, hosts), ttl)
         for i in range(spec.devices):
             ns = hosts.namespaces[i]
             hosts.pids[spec.device(i)] = _spawn(hosts, spec.device(i), ns, _worker_command(spec, hosts, i))
@@ -186,6 +191,30 @@ def status(*, folder: Path | None = None) -> ShapedHosts | None:
     """The running cluster's record, or None when none is up."""
     state_path = (folder or state_dir()) / STATE_FILE
     return ShapedHosts.from_dict(json.loads(state_path.read_text())) if state_path.exists() else None
+
+
+def device_of(hosts: ShapedHosts, address: str) -> str:
+    """The device whose host has the IP of worker ``address`` (``tcp://10.213.0.3:40000`` -> ``pi3b-1``)."""
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    for i in range(hosts.spec.devices):
+        if hosts.spec.address(i + 1) == host:
+            return hosts.spec.device(i)
+    raise ConfigError("address", address, f"a worker address on {hosts.spec.subnet}")
+
+
+def set_link(hosts: ShapedHosts, device: str, *, up: bool = True, rate_mbit: float | None = None) -> None:
+    """Cut (``up=False``) or restore ``device``'s link, and set its rate (None: the spec's) in both directions."""
+    names = [hosts.spec.device(i) for i in range(hosts.spec.devices)]
+    if device not in names:
+        raise ConfigError("device", device, f"one of {', '.join(names)}")
+    if rate_mbit is not None and not rate_mbit > 0:
+        raise ConfigError("rate_mbit", rate_mbit, "a link rate in Mbit/s > 0 (None: the spec's)")
+    i = names.index(device)
+    ns, outside, inside = hosts.namespaces[i], f"{hosts.spec.prefix}h{i}", f"{hosts.spec.prefix}n{i}"
+    rate = rate_mbit if rate_mbit is not None else hosts.spec.rate
+    for where, dev in (([], outside), (["-n", ns], inside)):
+        _run(["tc", *where, "qdisc", "change", "dev", dev, "root", "tbf", *_tbf(rate)])
+    _ip("link", "set", outside, "up" if up else "down")
 
 
 def leftovers(prefix: str) -> list[str]:
@@ -289,7 +318,9 @@ def _worker_environment() -> dict[str, str]:
     return env
 
 
-def _spawn(hosts: ShapedHosts, name: str, namespace: str | None, command: list[str]) -> int:
+def _spawn(
+    hosts: ShapedHosts, name: str, namespace: str | None, command: list[str], extra_env: dict[str, str] | None = None
+) -> int:
     """Start ``command`` (inside ``namespace``) in its own process group, its output in ``<logs>/<name>.log``."""
     prefix = ["ip", "netns", "exec", namespace] if namespace else []
     with open(Path(hosts.logs) / f"{name}.log", "ab") as log:
@@ -298,7 +329,7 @@ def _spawn(hosts: ShapedHosts, name: str, namespace: str | None, command: list[s
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_worker_environment(),
+            env={**_worker_environment(), **(extra_env or {})},
             start_new_session=True,
         )
     return process.pid

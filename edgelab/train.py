@@ -353,7 +353,7 @@ MONITOR_COLUMNS = [
     "nic_bytes_received",
 ]
 RECOVERY_COLUMNS = ["device", "phase", "at", "error", "t", "detect_s", "back_s", "time_lost_s", "t_resumed", "resumed"]
-KILL_COLUMNS = ["device", "phase", "at", "t"]
+KILL_COLUMNS = ["device", "phase", "at", "t", "action"]
 
 
 def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray], transport: str) -> list[Any]:

@@ -240,3 +240,47 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
         while not restarted() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert restarted()
+
+
+@needs_root
+@pytest.mark.integration
+def test_training_survives_a_cut_or_slowed_link_with_the_undisturbed_result(tmp_path: Path) -> None:
+    from edgelab.cluster import connect
+    from edgelab.data import load_dataset
+    from edgelab.faults import KillSchedule, LinkFault
+    from edgelab.train import TrainConfig, phase_counts, train
+
+    # A TTL below the cut: the scheduler drops the silent device, which must come back and redo its round.
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", worker_ttl_s=10.0)
+    hosts = sh.up(spec, folder=tmp_path)
+    dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
+    cfg = TrainConfig(model="mlp", n_devices=2)
+    faults = {
+        "cut": LinkFault(hosts, "cut", duration_s=25.0),
+        "slow": LinkFault(hosts, "slow", duration_s=3.0, rate_mbit=1.0),
+    }
+    runs = {}
+    try:
+        with connect(2, scheduler_address=hosts.scheduler_address) as cluster:
+            undisturbed = train(cluster, dataset, cfg, log=lambda _: None)
+            for kind, fault in faults.items():
+                schedule = KillSchedule(
+                    [{"device": "pi3b-1", "phase": "train", "at": 3}],
+                    phases=phase_counts(cfg, dataset.n_train),
+                    action=fault,
+                )
+                runs[kind] = train(cluster, dataset, cfg, kills=schedule, log=lambda _: None, restart_wait_s=90)
+                fault.wait()
+    finally:
+        sh.down(folder=tmp_path)
+    for kind, run in runs.items():
+        assert run.weights_sha256 == undisturbed.weights_sha256, kind  # nothing lost, nothing counted twice
+        assert run.kills[["device", "phase", "at", "action"]].to_dict("records") == [
+            {"device": "pi3b-1", "phase": "train", "at": 3, "action": kind}
+        ]
+    # the cut: lost (found within the TTL), brought back, its round redone
+    [recovery] = runs["cut"].recoveries.to_dict("records")
+    assert recovery["device"] == "pi3b-1" and recovery["resumed"]
+    # the slow-down: only slower
+    assert runs["slow"].recoveries.empty
+    assert runs["slow"].host["train_wall_s"] > undisturbed.host["train_wall_s"] + 1.0
