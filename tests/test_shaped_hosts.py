@@ -284,3 +284,14 @@ def test_training_survives_a_cut_or_slowed_link_with_the_undisturbed_result(tmp_
     # the slow-down: only slower
     assert runs["slow"].recoveries.empty
     assert runs["slow"].host["train_wall_s"] > undisturbed.host["train_wall_s"] + 1.0
+
+
+def test_a_machine_without_root_or_tc_is_told_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")
+    with pytest.raises(ClusterError, match="shaped hosts need root"):
+        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX), folder=tmp_path)
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "tc" else f"/usr/sbin/{tool}")
+    with pytest.raises(ClusterError, match=r"shaped hosts need tc \(Debian: apt-get install iproute2\)"):
+        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX), folder=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # refused before anything was made
