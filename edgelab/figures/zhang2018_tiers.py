@@ -250,6 +250,17 @@ def accuracy_text(plan: exp.Plan, accuracy: pd.DataFrame) -> list[str]:
         markdown_table(shown),
         "",
     ]
+    at_chance = [
+        f"{r['network']} ({_updates(r['network'], p.train_images, p.epochs)} updates)"
+        for r in accuracy.to_dict("records")
+        if r["coarse accuracy"] <= 1.2 * r["coarse chance"]
+    ]
+    if at_chance:
+        lines += [
+            f"At chance on coarse labels (within 20% of it): {', '.join(at_chance)}. Their training loss fell, but "
+            "on the test images they answer no better than a guess: this budget starts them, it does not train them.",
+            "",
+        ]
     if data.source == "cifar10_standin":
         lines.append(
             f"Data: {exp.STANDIN_LABELS}, not CIFAR-100 (no CIFAR-100 training set is available offline): chance is "
@@ -257,3 +268,11 @@ def accuracy_text(plan: exp.Plan, accuracy: pd.DataFrame) -> list[str]:
             "cannot be set against the report's values, only against chance and each other."
         )
     return lines
+
+
+def _updates(network: str, images: int, epochs: int) -> int:
+    """Optimizer steps a network took: batches per epoch (its recipe's batch size) times epochs."""
+    from edgelab.tier_training import DEFAULT_RECIPE, RECIPES
+
+    batch = RECIPES.get(network, DEFAULT_RECIPE).batch_size
+    return -(-images // batch) * epochs
