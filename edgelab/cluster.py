@@ -366,9 +366,17 @@ def _warn_if_malloc_trimmed(client: Client) -> str | None:
 def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     try:
         client = Client(address, timeout=min(timeout_s, 10.0))
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, TypeError) as exc:  # TypeError: tls:// with no certificate configured
+        if isinstance(exc, TypeError) and not address.startswith("tls://"):
+            raise
+        hint = (
+            "; a tls:// scheduler accepts only clients holding a certificate from its CA "
+            "(the DASK_DISTRIBUTED__COMM__TLS__* variables, see cluster/README.md)"
+            if address.startswith("tls://")
+            else ""
+        )
         raise ClusterError(
-            f"scheduler_address={address!r} is unreachable ({exc}); allowed: the address of a "
+            f"scheduler_address={address!r} is unreachable ({exc}){hint}; allowed: the address of a "
             "running Dask scheduler, or none to start an emulated cluster"
         ) from exc
     try:

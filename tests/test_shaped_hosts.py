@@ -151,6 +151,7 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
 
     from distributed import Client
 
+    from edgelab.cluster import connect
     from edgelab.tls import make_certificates
 
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=True)
@@ -184,6 +185,9 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
         for address, security in ((hosts.scheduler_address, strangers.security()), ("tcp://10.214.0.1:8786", None)):
             with pytest.raises((OSError, TimeoutError)):
                 Client(address, timeout=3, security=security)
+        # edgelab's own connect says why
+        with pytest.raises(ClusterError, match=r"accepts only clients holding a certificate from its CA"):
+            connect(2, scheduler_address=hosts.scheduler_address, timeout_s=3)
         with Client(hosts.scheduler_address, security=hosts.security()) as client:
             names = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
             assert names == ["pi3b-0", "pi3b-1"]  # the rogue never joined
