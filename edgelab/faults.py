@@ -1,13 +1,16 @@
-"""Fault injection: kill device workers at chosen points of a run.
+"""Fault injection: kill device workers, or cut, slow and restore their links, at chosen points of a run.
 
-A ``KillSchedule`` lists ``Kill(device, phase, at)``: SIGKILL the device's
-worker process when the run reaches ``phase`` for the ``at``-th time (a round
-for the per-round phases, an epoch for evaluation, 0 for the phases that
-happen once). The worker's nanny restarts it, as a board that lost power
-reboots; the run has to notice, bring the device back and go on with the
-result it would have had. Each kill fires once, even when its step is run
-again after a recovery. ``shut_down`` kills a device for good instead (its
-nanny told not to restart it), as a device that switches itself off.
+A ``KillSchedule`` is a scenario: a list of ``Kill(device, phase, at,
+action)`` steps, each done when the run reaches ``phase`` for the ``at``-th
+time (a round for the per-round phases, an epoch for evaluation, 0 for the
+phases that happen once). The default action SIGKILLs the device's worker
+process; its nanny restarts it, as a board that lost power reboots, and the
+run has to notice, bring the device back and go on with the result it would
+have had. On shaped hosts (``edgelab.shaped_hosts``, given as ``links``) a
+step can instead ``"cut"`` the device's link, ``"slow"`` it to ``rate_mbit``,
+or ``"restore"`` it. Each step fires once, even when its step of the run is
+done again after a recovery. ``shut_down`` kills a device for good instead
+(its nanny told not to restart it), as a device that switches itself off.
 
 The phases are the runtime's (``edgelab.train.PHASES`` for data-parallel
 training); a schedule is checked against them, the run's devices and its
@@ -29,14 +32,28 @@ import numpy as np
 
 from edgelab.errors import ClusterError, ConfigError
 
+ACTIONS = ("kill", "cut", "slow", "restore")
+LINK_ACTIONS = ("cut", "slow", "restore")
+
 
 @dataclass(frozen=True)
 class Kill:
-    """Kill ``device``'s worker when the run reaches ``phase`` for the ``at``-th time (from 0)."""
+    """When the run reaches ``phase`` for the ``at``-th time (from 0), do ``action`` to ``device``.
+
+    ``action``: ``"kill"`` its worker (the default), or on shaped hosts
+    ``"cut"`` its link, ``"slow"`` it to ``rate_mbit``, ``"restore"`` it (up,
+    at its normal rate). ``for_s`` restores a cut or slowed link after that
+    many seconds. A cut needs it: a synchronous round cannot reach a later
+    step while one of its devices is unreachable, so only time can end a cut;
+    a slow-down can also end at a later ``"restore"`` step.
+    """
 
     device: str
     phase: str
     at: int = 0
+    action: str = "kill"
+    rate_mbit: float | None = None
+    for_s: float | None = None
 
 
 class KillSchedule:
@@ -49,9 +66,13 @@ class KillSchedule:
     phases
         Phase name -> how many times the run reaches it (``at`` must be below).
     action
-        ``action(client, address)`` does the killing; by default the worker
-        process gets SIGKILL and its nanny restarts it (``kill_worker``), as a
-        board that lost power reboots. A test can switch a device off for good.
+        ``action(client, address)`` does a ``"kill"`` step; by default the
+        worker process gets SIGKILL and its nanny restarts it
+        (``kill_worker``), as a board that lost power reboots. A test can
+        switch a device off for good.
+    links
+        The running shaped hosts (``edgelab.shaped_hosts.ShapedHosts``) whose
+        links the ``"cut"``, ``"slow"`` and ``"restore"`` steps change.
     """
 
     def __init__(
@@ -60,20 +81,54 @@ class KillSchedule:
         *,
         phases: Mapping[str, int],
         action: Callable[[Any, str], Any] | None = None,
+        links: Any = None,
     ) -> None:
         self.phases = dict(phases)
+        self.links = links
         self.kills = [self._parse(k) for k in kills]
         self.action = action
         self._fired: set[int] = set()
+        self._timers: list[threading.Timer] = []
 
     def _parse(self, kill: Kill | Mapping[str, Any]) -> Kill:
         if isinstance(kill, Mapping):
-            unknown = sorted(set(kill) - {"device", "phase", "at"})
+            unknown = sorted(set(kill) - {"device", "phase", "at", "action", "rate_mbit", "for_s"})
             if unknown or "device" not in kill or "phase" not in kill:
-                raise ConfigError("kills", dict(kill), "entries with keys device, phase and (optional) at")
-            kill = Kill(str(kill["device"]), str(kill["phase"]), kill.get("at", 0))
+                raise ConfigError(
+                    "kills", dict(kill), "entries with keys device, phase and (optional) at, action, rate_mbit, for_s"
+                )
+            kill = Kill(
+                str(kill["device"]),
+                str(kill["phase"]),
+                kill.get("at", 0),
+                kill.get("action", "kill"),
+                kill.get("rate_mbit"),
+                kill.get("for_s"),
+            )
         if not isinstance(kill, Kill):
             raise ConfigError("kills", kill, "Kill(device, phase, at) or {'device': ..., 'phase': ..., 'at': ...}")
+        if kill.action not in ACTIONS:
+            raise ConfigError("kills.action", kill.action, f"one of {', '.join(ACTIONS)}")
+        if kill.action in LINK_ACTIONS and self.links is None:
+            raise ConfigError(
+                "kills.action", kill.action, "'kill' (a link step needs shaped hosts: KillSchedule(..., links=hosts))"
+            )
+        slow = kill.action == "slow"
+        if slow and not (isinstance(kill.rate_mbit, int | float) and kill.rate_mbit > 0):
+            raise ConfigError("kills.rate_mbit", kill.rate_mbit, "a link rate in Mbit/s > 0 for a 'slow' step")
+        if not slow and kill.rate_mbit is not None:
+            raise ConfigError(
+                "kills.rate_mbit", kill.rate_mbit, f"None for a {kill.action!r} step (only 'slow' has one)"
+            )
+        timed = kill.for_s is not None
+        if timed and (
+            kill.action not in ("cut", "slow") or not (isinstance(kill.for_s, int | float) and kill.for_s > 0)
+        ):
+            raise ConfigError("kills.for_s", kill.for_s, "seconds > 0, on a 'cut' or 'slow' step only")
+        if kill.action == "cut" and not timed:
+            raise ConfigError(
+                "kills.for_s", None, "seconds > 0 for a 'cut' (a synchronous round cannot reach a later restore step)"
+            )
         if kill.phase not in self.phases:
             raise ConfigError("kills.phase", kill.phase, f"one of {', '.join(self.phases)}")
         count = self.phases[kill.phase]
@@ -94,8 +149,36 @@ class KillSchedule:
         return [self.kills[i] for i in due]
 
     def to_list(self) -> list[dict[str, Any]]:
-        """JSON-ready form (a run's results are keyed by it)."""
-        return [asdict(k) for k in self.kills]
+        """JSON-ready form (a run's results are keyed by it); a plain kill keeps its three keys."""
+        defaults = {"action": "kill", "rate_mbit": None, "for_s": None}
+        return [{k: v for k, v in asdict(kill).items() if defaults.get(k, ...) != v} for kill in self.kills]
+
+    def fire(self, kill: Kill, client: Any, address: str, *, local: bool) -> str:
+        """Do ``kill``'s step to the device at ``address``; return what was done (``kill``, ``cut`` ...)."""
+        if kill.action == "kill":
+            if self.action is not None:
+                self.action(client, address)
+                return "kill"
+            kill_worker(client, address, local=local)
+            return "kill"
+        from edgelab import shaped_hosts
+
+        device = shaped_hosts.device_of(self.links, address)
+        if kill.action == "cut":
+            shaped_hosts.set_link(self.links, device, up=False)
+        else:  # slow, or restore: up at the step's rate or the normal one
+            shaped_hosts.set_link(self.links, device, rate_mbit=kill.rate_mbit)
+        if kill.for_s is not None:
+            timer = threading.Timer(kill.for_s, shaped_hosts.set_link, (self.links, device))
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
+        return kill.action
+
+    def wait_restored(self) -> None:
+        """Wait until every link a timed step changed is restored."""
+        for timer in self._timers:
+            timer.join()
 
     def __len__(self) -> int:
         return len(self.kills)
@@ -133,48 +216,6 @@ class KillSchedule:
             )
             for phase in order
         ]
-
-
-class LinkFault:
-    """A ``KillSchedule`` action that cuts or slows a device's link instead of killing it, for ``duration_s``.
-
-    ``links`` is a running set of shaped hosts (``edgelab.shaped_hosts``): a
-    cut takes the device's link down, a slow-down sets its rate to
-    ``rate_mbit``; after ``duration_s`` a timer restores it. A cut longer than
-    the scheduler's worker TTL loses the device: the scheduler drops it, the
-    worker (its heartbeats answered again once the link is back) shuts down,
-    its nanny starts it again, and the run recovers as from a kill. A shorter
-    cut, or a slow-down, only delays the run.
-    """
-
-    def __init__(self, links: Any, kind: str, *, duration_s: float, rate_mbit: float | None = None) -> None:
-        if kind not in ("cut", "slow"):
-            raise ConfigError("kind", kind, "'cut' or 'slow'")
-        if not (isinstance(duration_s, int | float) and duration_s > 0):
-            raise ConfigError("duration_s", duration_s, "seconds > 0")
-        if kind == "slow" and not (isinstance(rate_mbit, int | float) and rate_mbit > 0):
-            raise ConfigError("rate_mbit", rate_mbit, "a link rate in Mbit/s > 0 for a slow-down")
-        self.links, self.kind, self.duration_s, self.rate_mbit = links, kind, float(duration_s), rate_mbit
-        self.timers: list[threading.Timer] = []
-
-    def __call__(self, client: Any, address: str) -> None:
-        """Cut or slow the link of the device at ``address`` now; restore it after ``duration_s``."""
-        from edgelab import shaped_hosts
-
-        device = shaped_hosts.device_of(self.links, address)
-        if self.kind == "cut":
-            shaped_hosts.set_link(self.links, device, up=False)
-        else:
-            shaped_hosts.set_link(self.links, device, rate_mbit=self.rate_mbit)
-        timer = threading.Timer(self.duration_s, shaped_hosts.set_link, (self.links, device))
-        timer.daemon = True
-        timer.start()
-        self.timers.append(timer)
-
-    def wait(self) -> None:
-        """Wait until every link this fault touched is restored."""
-        for timer in self.timers:
-            timer.join()
 
 
 def kill_worker(client: Any, address: str, *, local: bool) -> int:

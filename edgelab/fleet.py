@@ -42,7 +42,7 @@ from distributed.protocol import to_serialize
 
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.errors import ConfigError, WorkerLostError
-from edgelab.faults import KillSchedule, kill_worker
+from edgelab.faults import KillSchedule
 from edgelab.runtime import DIRECT_OP, StateMissingError
 from edgelab.wire import Bundle
 
@@ -326,11 +326,7 @@ class Fleet:
             return
         for kill in self.kills.due(phase, at):
             address = self.addresses[kill.device]
-            if self.kills.action is not None:
-                self.kills.action(self.client, address)
-            else:
-                kill_worker(self.client, address, local=self.kill_locally)
-            action = getattr(self.kills.action, "kind", "kill")  # a LinkFault's "cut" or "slow"
+            action = self.kills.fire(kill, self.client, address, local=self.kill_locally)
             self.kills_fired.append(
                 {"device": kill.device, "phase": phase, "at": at, "t": self._now(), "action": action}
             )

@@ -85,7 +85,7 @@ def kill_schedule(kills: KillSchedule | Iterable[Any] | None, cfg: TrainConfig, 
     if kills is None:
         return None
     if isinstance(kills, KillSchedule):
-        return KillSchedule(kills.kills, phases=phase_counts(cfg, n_train), action=kills.action)
+        return KillSchedule(kills.kills, phases=phase_counts(cfg, n_train), action=kills.action, links=kills.links)
     return KillSchedule(kills, phases=phase_counts(cfg, n_train)) if list(kills) else None
 
 

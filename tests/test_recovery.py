@@ -209,6 +209,8 @@ def test_a_device_whose_nanny_gives_up_is_started_again(cluster: DeviceCluster, 
         ({"device": "pi3b-1", "phase": "train", "at": 5}, "kills.at"),
         ({"device": "pi3b-1", "phase": "load", "at": 1}, "kills.at"),
         ({"device": "pi3b-1", "when": "now"}, "kills"),
+        ({"device": "pi3b-1", "phase": "train", "action": "reboot"}, "kills.action"),
+        ({"device": "pi3b-1", "phase": "train", "action": "cut", "for_s": 5}, "kills.action"),  # no shaped hosts
     ],
 )
 def test_bad_kill_schedule_fails_before_any_cluster_work(
