@@ -332,10 +332,20 @@ def cluster_command(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             spec = shaped_hosts.HostsSpec(
-                devices=args.devices, profile=args.profile, rate_mbit=args.rate_mbit, subnet=args.subnet, tls=args.tls
+                devices=args.devices,
+                profile=args.profile,
+                rate_mbit=args.rate_mbit,
+                subnet=args.subnet,
+                tls=args.tls,
+                delay_ms=args.delay_ms,
+                loss=args.loss,
+                delay_via=args.delay_via,
             )
             hosts = shaped_hosts.up(spec)
-            print(f"edgelab: {spec.devices} hosts up, links {spec.rate:g} Mbit/s; scheduler {hosts.scheduler_address}")
+            links = f"{spec.rate:g} Mbit/s"
+            if hosts.impairment:
+                links += f", {spec.delay_ms:g} ms and {spec.loss:.1%} loss each way (by {hosts.impairment})"
+            print(f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}")
             if hosts.certificates:
                 from edgelab.tls import Certificates
 
@@ -398,6 +408,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     clu.add_argument("--rate-mbit", type=float, default=None, help="link rate of every host in Mbit/s")
     clu.add_argument("--subnet", default="10.213.0.0/24", help="IPv4 network of the hosts (default 10.213.0.0/24)")
     clu.add_argument("--tls", action="store_true", help="TLS only, with certificates from a CA made for the cluster")
+    clu.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added to each direction of each link")
+    clu.add_argument("--loss", type=float, default=0.0, help="fraction of frames lost in each direction (0-1)")
+    clu.add_argument(
+        "--delay-via",
+        choices=["auto", "netem", "relay"],
+        default="auto",
+        help="tc netem, or a userspace relay where the kernel lacks netem (auto: netem if present)",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "cluster":

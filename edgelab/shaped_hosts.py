@@ -18,8 +18,13 @@ one of its certificates cannot join. ``ShapedHosts.security()`` is what a
 client passes; ``edgelab cluster up --tls`` prints the same as environment
 variables, so notebooks connect unchanged.
 
-Delay and loss are not shaped here: ``tc netem`` is absent from some kernels
-(this project's build machine among them).
+Delay and loss (``delay_ms``, ``loss``: each direction of each device's link)
+come from ``tc netem`` where the kernel has it, under the token bucket; where
+it does not (this project's build machine), from a userspace relay
+(``edgelab.link_relay``) that joins the device's veth to the bridge through a
+second veth pair, holding each frame for the delay and dropping a seeded
+fraction of them. ``delay_via`` chooses; ``"auto"`` takes netem when a probe
+qdisc can be made.
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ class HostsSpec:
     tls: bool = False
     # A device silent this long (its link cut) is dropped by the scheduler; Dask's default is 5 minutes.
     worker_ttl_s: float = 15.0
+    delay_ms: float = 0.0  # one-way delay added to each direction of each device's link
+    loss: float = 0.0  # fraction of frames lost in each direction
+    delay_via: str = "auto"  # "netem", "relay" (userspace), or "auto": netem where the kernel has it
+    seed: int = 0  # seeds the relay's loss draws
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 200:
@@ -71,6 +80,12 @@ class HostsSpec:
             raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")
         if not (isinstance(self.worker_ttl_s, int | float) and self.worker_ttl_s > 0):
             raise ConfigError("worker_ttl_s", self.worker_ttl_s, "seconds > 0")
+        if isinstance(self.delay_ms, bool) or not (isinstance(self.delay_ms, int | float) and self.delay_ms >= 0):
+            raise ConfigError("delay_ms", self.delay_ms, "a one-way delay in ms >= 0")
+        if isinstance(self.loss, bool) or not (isinstance(self.loss, int | float) and 0 <= self.loss < 1):
+            raise ConfigError("loss", self.loss, "a fraction of frames lost in [0, 1)")
+        if self.delay_via not in ("auto", "netem", "relay"):
+            raise ConfigError("delay_via", self.delay_via, "'auto', 'netem' or 'relay'")
         if not isinstance(self.tls, bool):
             raise ConfigError("tls", self.tls, "True or False")
         if not _PREFIX.match(self.prefix):
@@ -95,6 +110,11 @@ class HostsSpec:
         """Device ``i``'s name, as the embedded cluster names it (``pi3b-0`` ...)."""
         return f"{self.profile}-{i}"
 
+    @property
+    def impaired(self) -> bool:
+        """Whether the links have delay or loss besides their rate."""
+        return self.delay_ms > 0 or self.loss > 0
+
 
 @dataclass
 class ShapedHosts:
@@ -108,6 +128,7 @@ class ShapedHosts:
     pids: dict[str, int] = field(default_factory=dict)
     logs: str = ""
     certificates: str = ""  # the folder of edgelab.tls's files, when the cluster speaks TLS only
+    impairment: str = ""  # how delay and loss are made: "netem", "relay", or "" (none asked for)
 
     def security(self) -> Any:
         """What a client of this cluster needs: None for plain TCP, else a TLS ``distributed.Security``."""
@@ -137,6 +158,39 @@ def check_machine() -> None:
         raise ClusterError("shaped hosts need root: network namespaces, veth links and tc qdiscs are privileged")
 
 
+def netem_available() -> bool:
+    """Whether this kernel has ``tc netem``: a probe qdisc on a veth pair made for it, removed at once."""
+    probe = f"elprobe{os.getpid() % 100000}"
+    try:
+        made = subprocess.run(
+            ["ip", "link", "add", probe, "type", "veth", "peer", "name", f"{probe}p"], capture_output=True
+        )
+        if made.returncode:
+            return False
+        made = subprocess.run(
+            ["tc", "qdisc", "add", "dev", probe, "root", "netem", "delay", "1ms"], capture_output=True
+        )
+        return made.returncode == 0
+    finally:
+        subprocess.run(["ip", "link", "del", probe], capture_output=True)
+
+
+def _impairment(spec: HostsSpec) -> str:
+    """How this machine will delay and drop frames for ``spec``; raises when the asked-for way is missing."""
+    if not spec.impaired:
+        return ""
+    if spec.delay_via in ("auto", "netem") and netem_available():
+        return "netem"
+    if spec.delay_via == "netem":
+        raise ClusterError("delay_via='netem' but this kernel has no tc netem (sch_netem); use 'relay' or 'auto'")
+    if shutil.which("ethtool") is None:
+        raise ClusterError(
+            "link delay or loss without netem needs ethtool, to turn off the offloads the relay cannot copy "
+            "(Debian: apt-get install ethtool)"
+        )
+    return "relay"
+
+
 def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0) -> ShapedHosts:
     """Build the hosts, start the scheduler and a worker per device; return once every worker has joined."""
     check_machine()
@@ -150,6 +204,7 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
         spec, f"{protocol}://{spec.address(0)}:{SCHEDULER_PORT}", f"{spec.prefix}br0", logs=str(folder / "logs")
     )
     Path(hosts.logs).mkdir(parents=True, exist_ok=True)
+    hosts.impairment = _impairment(spec)
     if spec.tls:
         addresses = [spec.address(i) for i in range(spec.devices + 1)]
         hosts.certificates = make_certificates(folder / "tls", addresses).folder
@@ -212,8 +267,9 @@ def set_link(hosts: ShapedHosts, device: str, *, up: bool = True, rate_mbit: flo
     i = names.index(device)
     ns, outside, inside = hosts.namespaces[i], f"{hosts.spec.prefix}h{i}", f"{hosts.spec.prefix}n{i}"
     rate = rate_mbit if rate_mbit is not None else hosts.spec.rate
+    where_tbf = ["parent", "1:1", "handle", "10:"] if hosts.impairment == "netem" else ["root"]
     for where, dev in (([], outside), (["-n", ns], inside)):
-        _run(["tc", *where, "qdisc", "change", "dev", dev, "root", "tbf", *_tbf(rate)])
+        _run(["tc", *where, "qdisc", "change", "dev", dev, *where_tbf, "tbf", *_tbf(rate)])
     _ip("link", "set", outside, "up" if up else "down")
 
 
@@ -222,7 +278,7 @@ def leftovers(prefix: str) -> list[str]:
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split("\n")
     found = [n.split()[0] for n in names if n.startswith(f"{prefix}-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
-    found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if re.fullmatch(rf"{prefix}(br0|h\d+)", m)]
+    found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if re.fullmatch(rf"{prefix}(br0|h\d+|r\d+)", m)]
     return found
 
 
@@ -230,21 +286,49 @@ def leftovers(prefix: str) -> list[str]:
 
 
 def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> None:
-    """Namespace ``<prefix>-<device>`` with a veth pair to the bridge, both ends shaped to the link rate."""
+    """Namespace ``<prefix>-<device>`` with a veth pair to the bridge, both ends shaped to the link rate.
+
+    With the relay, the outside end is joined to the bridge through the relay
+    and a second veth pair (``<prefix>r<i>`` -> ``<prefix>b<i>``) instead.
+    """
     ns, outside, inside = f"{spec.prefix}-{spec.device(i)}", f"{spec.prefix}h{i}", f"{spec.prefix}n{i}"
     _ip("netns", "add", ns)
     hosts.namespaces.append(ns)
     _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
     hosts.links.append(outside)
     _ip("link", "set", inside, "netns", ns)
-    _ip("link", "set", outside, "master", hosts.bridge)
-    _ip("link", "set", outside, "up")
+    if hosts.impairment == "relay":
+        relay_end, bridge_end = f"{spec.prefix}r{i}", f"{spec.prefix}b{i}"
+        _ip("link", "add", relay_end, "type", "veth", "peer", "name", bridge_end)
+        hosts.links.append(relay_end)
+        _ip("link", "set", bridge_end, "master", hosts.bridge)
+        for dev in (outside, relay_end, bridge_end):
+            _ip("link", "set", dev, "up")
+            _offloads_off([], dev)
+        _offloads_off(["ip", "netns", "exec", ns], inside)
+    else:
+        _ip("link", "set", outside, "master", hosts.bridge)
+        _ip("link", "set", outside, "up")
     _ip("-n", ns, "addr", "add", f"{spec.address(i + 1)}/{prefixlen}", "dev", inside)
     _ip("-n", ns, "link", "set", inside, "up")
     _ip("-n", ns, "link", "set", "lo", "up")
     # Both directions: the outside end's egress is what enters the device, the inside end's what leaves it.
     for where, dev in (([], outside), (["-n", ns], inside)):
-        _run(["tc", *where, "qdisc", "add", "dev", dev, "root", "tbf", *_tbf(spec.rate)])
+        if hosts.impairment == "netem":
+            netem = ["delay", f"{spec.delay_ms}ms", "loss", f"{100 * spec.loss}%"]
+            _run(["tc", *where, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", *netem])
+            _run(["tc", *where, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf", *_tbf(spec.rate)])
+        else:
+            _run(["tc", *where, "qdisc", "add", "dev", dev, "root", "tbf", *_tbf(spec.rate)])
+    if hosts.impairment == "relay":
+        relay = [sys.executable, "-m", "edgelab.link_relay", outside, f"{spec.prefix}r{i}"]
+        relay += ["--delay-ms", str(spec.delay_ms), "--loss", str(spec.loss), "--seed", str(spec.seed + i)]
+        hosts.pids[f"relay-{spec.device(i)}"] = _spawn(hosts, f"relay-{spec.device(i)}", None, relay)
+
+
+def _offloads_off(prefix: list[str], dev: str) -> None:
+    """No segmentation or checksum offload on ``dev``: the relay copies frames as the wire would carry them."""
+    _run([*prefix, "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])
 
 
 def _tbf(rate_mbit: float) -> list[str]:
@@ -358,6 +442,12 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs; our own child that has exited is reaped here (a zombie is not alive)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:  # not our child (``down`` from another process): ask the kernel
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -366,19 +456,24 @@ def _alive(pid: int) -> bool:
 
 
 def _teardown(hosts: ShapedHosts) -> None:
-    """Stop every process group (TERM, then KILL), then remove namespaces, links and the bridge."""
-    for pid in hosts.pids.values():
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in hosts.pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in hosts.pids.values():
-        _signal_group(pid, signal.SIGKILL)
-    for pid in hosts.pids.values():
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap our own children; others' are reaped by init
-        except ChildProcessError:
-            pass
+    """Stop every process group (TERM, then KILL), then remove namespaces, links and the bridge.
+
+    Workers go first, then the scheduler, then the relays, so each goodbye
+    still has a link to cross.
+    """
+    stages = [
+        [pid for name, pid in hosts.pids.items() if name != "scheduler" and not name.startswith("relay-")],
+        [pid for name, pid in hosts.pids.items() if name == "scheduler"],
+        [pid for name, pid in hosts.pids.items() if name.startswith("relay-")],
+    ]
+    for pids in stages:
+        for pid in pids:
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in pids:
+            _signal_group(pid, signal.SIGKILL)
     for ns in hosts.namespaces:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
     for link in hosts.links:
