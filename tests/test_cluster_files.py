@@ -208,12 +208,26 @@ def test_shape_link_sizes_the_bucket_as_shaped_hosts(tmp_path: Path, rate_mbit: 
     assert "--reuid=edgelab" in setpriv.split()
 
 
-def test_shape_link_refuses_a_rate_that_is_not_a_number(tmp_path: Path) -> None:
+def test_shape_link_puts_delay_and_loss_above_the_bucket(tmp_path: Path) -> None:
     log = tmp_path / "calls.log"
-    env = {**_fake_programs(tmp_path / "bin", log), "LINK_MBIT": "100; reboot"}
+    env = {**_fake_programs(tmp_path / "bin", log), "LINK_DELAY_MS": "20", "LINK_LOSS_PCT": "1"}
+    subprocess.run(["sh", str(COMPOSE_DIR / "shape-link.sh"), "true"], env=env, check=True, timeout=5)
+    netem, tbf, _ = log.read_text(encoding="utf-8").splitlines()
+    assert netem.split() == "tc qdisc replace dev eth0 root handle 1: netem delay 20ms loss 1%".split()
+    assert tbf.split()[:12] == "tc qdisc replace dev eth0 parent 1:1 handle 10: tbf rate 100mbit".split()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("LINK_MBIT", "100; reboot"), ("LINK_DELAY_MS", "-5"), ("LINK_LOSS_PCT", "100")]
+)
+def test_shape_link_refuses_a_setting_that_is_not_a_whole_number_in_range(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    log = tmp_path / "calls.log"
+    env = {**_fake_programs(tmp_path / "bin", log), setting: value}
     done = subprocess.run(["sh", str(COMPOSE_DIR / "shape-link.sh"), "true"], env=env, capture_output=True, text=True)
     assert done.returncode == 2
-    assert "LINK_MBIT" in done.stderr
+    assert setting in done.stderr
     assert not log.exists()
 
 
