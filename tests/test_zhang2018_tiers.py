@@ -135,3 +135,29 @@ def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
     )
     checks = {c.name: c.passed for c in accuracy_checks(plan, flat, SIZES)}
     assert checks == {"parameters": True, "accuracy": False, "C6": True, "C7": False, "C8": False}
+
+
+def test_a_coarse_only_network_trained_alone_gives_a_numeric_table_and_its_text(cifar10_dir: object) -> None:
+    # MobileNet answers only coarse labels: its fine accuracy is missing, and once was None in an object column
+    from edgelab.experiments.harness import run_key
+    from edgelab.figures.zhang2018_tiers import accuracy_text
+    from edgelab.results import StoredRun
+
+    plan = exp.prepare(data_dir=str(cifar10_dir), accuracy_networks=["mobilenet"], networks=["mobilenet"])
+    [run] = [r for r in plan.runs if isinstance(r, exp.AccuracyRun)]
+    summary = {
+        "level": "coarse",
+        "classes": 20,
+        "train_images": 128,
+        "epochs": 1,
+        "coarse_accuracy": 0.21,
+        "fine_accuracy": None,
+        "train_wall_s": 3.0,
+    }
+    stored = StoredRun(run_key(plan.run_params(run)), {}, summary, {"loss": pd.DataFrame({"loss": [3.1, 2.9]})})
+
+    table = exp.accuracy(plan, [stored])
+
+    assert table["fine accuracy"].dtype == float and table["fine accuracy"].isna().all()
+    assert table["coarse accuracy"].tolist() == [0.21]
+    assert any("mobilenet" in line for line in accuracy_text(plan, table))

@@ -77,7 +77,7 @@ class ResnetParams:
     """Every knob of the experiment; defaults are the smoke profile."""
 
     depths: tuple[int, ...] = (32, 110)
-    batch_sizes: tuple[int, ...] = (32, 64)
+    batch_sizes: tuple[int, ...] = (32,)
     device_counts: tuple[int, ...] = (1, 2)
     max_steps: int | None = 2
     table4_devices: int = 2
