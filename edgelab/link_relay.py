@@ -105,7 +105,7 @@ class Wire:
     def _read(self, source: str) -> None:
         a, b = self.names
         target = b if source == a else a
-        direction = f"{'A>B' if source == a else 'B>A'}"
+        direction = "A>B" if source == a else "B>A"
         sock, queue, rng = self.sockets[source], self.queues[target], self.rngs[source]
         for _ in range(DRAIN):
             try:
