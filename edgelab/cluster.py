@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -364,6 +365,7 @@ def _warn_if_malloc_trimmed(client: Client) -> str | None:
 
 
 def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
+    failure = None
     try:
         client = Client(address, timeout=min(timeout_s, 10.0))
     except (OSError, TimeoutError, TypeError) as exc:  # TypeError: tls:// with no certificate configured
@@ -375,10 +377,16 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
             if address.startswith("tls://")
             else ""
         )
-        raise ClusterError(
+        failure = (
             f"scheduler_address={address!r} is unreachable ({exc}){hint}; allowed: the address of a "
             "running Dask scheduler, or none to start an emulated cluster"
-        ) from exc
+        )
+    if failure is not None:
+        # The half-made Client is garbage now; collect it here. Left to a later collection, its __del__ can
+        # run inside the next Client's loop start-up and deadlock there (seen in CI: LoopRunner.stop under
+        # LoopRunner.start). Hence no exception chain either: it would keep the half-made Client alive.
+        gc.collect()
+        raise ClusterError(failure)
     try:
         client.wait_for_workers(n_devices, timeout=timeout_s)
     except TimeoutError as exc:
