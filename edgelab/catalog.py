@@ -89,9 +89,6 @@ PLANNED: dict[str, str] = {
     **{
         f"qiao/{item}": _MODEL_PARALLEL
         for item in (
-            "fig3-3",
-            "fig3-3a",
-            "fig3-3b",
             "fig3-5",
             "fig3-5a",
             "fig3-5b",
@@ -103,7 +100,6 @@ PLANNED: dict[str, str] = {
             "eq-mobilenet-8to9x",
             "eq-group-conv",
             "eq-squeezenet-50x",
-            "eq-gpipe-bubble",
             "eq-normalized-entropy",
             "method-compression",
         )

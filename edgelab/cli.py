@@ -112,6 +112,7 @@ NOTEBOOK_IDS = {
     "zhang2018_privacy": ["zhang2018/table3", "zhang2018/table4", "zhang2018/eq7", "zhang2018/eq8"],
     "zhang2018_faults": ["zhang2018/table5", "zhang2018/fig4", "zhang2018/eq9"],
     "qiao_placement": ["qiao/method-placement"],
+    "qiao_pipeline_training": ["qiao/fig3-3", "qiao/fig3-3a", "qiao/fig3-3b", "qiao/eq-gpipe-bubble"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

@@ -126,6 +126,7 @@ def test_the_schedule_fills_then_drains_and_every_pass_is_recorded(cluster: Devi
     [
         ({"micro_batches": 0}, "micro_batches"),
         ({"micro_batches": 17}, "micro_batches"),
+        ({"micro_batches": 3}, "micro_batches"),  # does not divide the mini-batch of 16
         ({"batch_size": 0}, "batch_size"),
         ({"steps": 9}, "steps"),
         ({"devices": ["pi3b-0", "pi3b-0", "pi3b-1"]}, "devices"),

