@@ -92,7 +92,6 @@ PLANNED: dict[str, str] = {
             "fig3-5",
             "fig3-5a",
             "fig3-5b",
-            "fig3-6",
             "fig3-7",
             "eq-conv-cost",
             "eq-dwconv-cost",
@@ -101,7 +100,6 @@ PLANNED: dict[str, str] = {
             "eq-group-conv",
             "eq-squeezenet-50x",
             "eq-normalized-entropy",
-            "method-compression",
         )
     },
     **{

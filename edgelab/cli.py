@@ -113,6 +113,8 @@ NOTEBOOK_IDS = {
     "zhang2018_faults": ["zhang2018/table5", "zhang2018/fig4", "zhang2018/eq9"],
     "qiao_placement": ["qiao/method-placement"],
     "qiao_pipeline_training": ["qiao/fig3-3", "qiao/fig3-3a", "qiao/fig3-3b", "qiao/eq-gpipe-bubble"],
+    "qiao_tiles": ["qiao/fig3-6"],
+    "qiao_compression": ["qiao/method-compression"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

@@ -28,6 +28,7 @@ import pytest
 # What each notebook reads from the data directory (the offline sample it was recorded on).
 NEEDS_DATA = {
     "jeon_pipeline": [Path("plantvillage_tomato") / "plantvillage_tomato_jpeg.npz"],
+    "qiao_tiles": [Path("plantvillage_tomato") / "plantvillage_tomato_jpeg.npz"],
     "park2020_resnet": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
     "park2020_async": [Path("cifar10") / "cifar10_jpeg_train.npz", Path("cifar10") / "cifar10_jpeg_test_decoded.npz"],
     # Offline, CIFAR-100's stand-in is CIFAR-10 (edgelab.data.cifar100).
