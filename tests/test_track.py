@@ -55,6 +55,16 @@ def test_training_and_pipeline_headlines(track) -> None:  # type: ignore[no-unty
     assert rows[1]["met"] == (training["throughput"]["models"]["mlp"]["ratio"] >= 0.9)
 
 
+def test_pipelined_training_headline_is_the_worst_configuration_against_its_target(track) -> None:  # type: ignore[no-untyped-def]
+    result = json.loads((SAVED / "pipeline_training.json").read_text())
+
+    (row,) = track.pipeline_training_headlines(result)
+
+    worst = min(m["over_ideal"] for m in result["medians"])
+    assert row["value"] == pytest.approx(worst, abs=1e-4)
+    assert row["met"] == (worst >= 0.8) and row["target"] == ">= 0.8"
+
+
 def test_saved_results_are_recorded_and_the_page_shows_the_history(track, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # Prepare: the saved results, recorded twice (two runs of the history)
     out = tmp_path / "benchmarks"
