@@ -89,16 +89,7 @@ PLANNED: dict[str, str] = {
     **{
         f"qiao/{item}": _MODEL_PARALLEL
         for item in (
-            "fig3-5",
-            "fig3-5a",
-            "fig3-5b",
             "fig3-7",
-            "eq-conv-cost",
-            "eq-dwconv-cost",
-            "eq-dwconv-ratio",
-            "eq-mobilenet-8to9x",
-            "eq-group-conv",
-            "eq-squeezenet-50x",
             "eq-normalized-entropy",
         )
     },

@@ -115,6 +115,17 @@ NOTEBOOK_IDS = {
     "qiao_pipeline_training": ["qiao/fig3-3", "qiao/fig3-3a", "qiao/fig3-3b", "qiao/eq-gpipe-bubble"],
     "qiao_tiles": ["qiao/fig3-6"],
     "qiao_compression": ["qiao/method-compression"],
+    "qiao_conv_costs": [
+        "qiao/fig3-5",
+        "qiao/fig3-5a",
+        "qiao/fig3-5b",
+        "qiao/eq-conv-cost",
+        "qiao/eq-dwconv-cost",
+        "qiao/eq-dwconv-ratio",
+        "qiao/eq-mobilenet-8to9x",
+        "qiao/eq-group-conv",
+        "qiao/eq-squeezenet-50x",
+    ],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

@@ -1,0 +1,556 @@
+"""Figure 3-5 and the survey's cost formulas: counted MACs beside each formula, timed layers beside the ratio.
+
+One item per id. The formulas are exact identities, so an equation is
+reproduced when the counts of the real Keras layers equal it at every grid
+point; the times are observations (a layer's cost on a device is not only its
+MACs), reported as findings. Figure 3-5's panels carry no values: they are
+redrawn as tensor diagrams with the shapes, counts and times of a layer that
+ran, and are not judged.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab.experiments import qiao_conv_costs as exp
+from edgelab.figures.style import PAPER_STYLE, markdown_table, save_figure, save_table
+from edgelab.reference import load_reference
+from edgelab.report import ReportItem
+from edgelab.verdict import Check, decide
+
+IDS = [
+    "qiao/fig3-5",
+    "qiao/fig3-5a",
+    "qiao/fig3-5b",
+    "qiao/eq-conv-cost",
+    "qiao/eq-dwconv-cost",
+    "qiao/eq-dwconv-ratio",
+    "qiao/eq-mobilenet-8to9x",
+    "qiao/eq-group-conv",
+    "qiao/eq-squeezenet-50x",
+]
+DATA = {"name": "random inputs", "source": "numpy default_rng(seed); no dataset", "notes": {}}
+COUNTS = "none: multiply-accumulates and parameters counted from the built Keras layers"
+NO_NOISE = "none: exact counts"
+
+
+def _clock(m: exp.Measured) -> str:
+    c = m.calibration
+    if not c:
+        return COUNTS
+    return (
+        f"emulated {c.get('profile')} device time: process CPU time per call on one device worker (median of repeats, "
+        f"after warm-up) x speed factor {float(c.get('speed_factor', math.nan)):.2f} ({c.get('method')}); "
+        "MACs counted from the built Keras layers"
+    )
+
+
+def _shown(m: exp.Measured, plan: exp.Plan) -> tuple[Any, pd.DataFrame]:
+    """The grid point drawn in fig3-5a/b: K = 3 if it ran, the widest N; and its timed layers."""
+    if not len(m.times):
+        return None, pd.DataFrame()
+    pairs = m.times[m.times["family"] == "pair"]
+    k = 3 if (pairs["K"] == 3).any() else int(pairs["K"].iloc[0])
+    pick = pairs[pairs["K"] == k].sort_values(["N", "M", "W"]).iloc[-1]
+    rows = pairs[(pairs[["K", "M", "N", "W"]] == pick[["K", "M", "N", "W"]]).all(axis=1)]
+    return pick, rows.set_index("kind")
+
+
+def _ms(rows: pd.DataFrame, kind: str) -> str:
+    return f"{rows.loc[kind, 'emulated_s'] * 1e3:.2f} ms emulated ({rows.loc[kind, 'cpu_s'] * 1e3:.3f} ms host CPU)"
+
+
+def _tensor(ax: Any, x: float, text: str, color: str) -> None:
+    ax.text(x, 0.5, text, ha="center", va="center", fontsize=8, bbox={"boxstyle": "square,pad=0.6", "fc": color})
+
+
+def _diagram(ax: Any, steps: list[tuple[str, str]], title: str) -> None:
+    """Tensors (even positions) and operations (on the arrows between them), left to right."""
+    ax.set(xlim=(0, 1), ylim=(0, 1), title=title)
+    ax.axis("off")
+    xs = np.linspace(0.1, 0.9, len(steps))
+    for i, (x, (text, color)) in enumerate(zip(xs, steps, strict=True)):
+        if i % 2 == 0:
+            _tensor(ax, x, text, color)
+        else:
+            ax.annotate("", xy=(xs[i + 1] - 0.07, 0.5), xytext=(xs[i - 1] + 0.07, 0.5), arrowprops={"arrowstyle": "->"})
+            ax.text(x, 0.72, text, ha="center", va="bottom", fontsize=7.5)
+
+
+def _panel_a(ax: Any, pick: Any, rows: pd.DataFrame) -> None:
+    k, m, n, w = (int(pick[c]) for c in ("K", "M", "N", "W"))
+    macs = int(rows.loc["standard", "macs"])
+    _diagram(
+        ax,
+        [
+            (f"input\n{w}x{w}x{m}\n(W_in x H_in x M)", "#d9ead3"),
+            (f"N={n} filters, each {k}x{k}x{m}\nConv2D({n}, {k}), stride 1, same", ""),
+            (f"output\n{w}x{w}x{n}\n(W_out x H_out x N)", "#cfe2f3"),
+        ],
+        "(a) standard convolution, as run",
+    )
+    ax.text(
+        0.5,
+        0.12,
+        f"counted {macs:,} MACs = K·K·M·N·W_out·H_out = {k}·{k}·{m}·{n}·{w}·{w}\n{_ms(rows, 'standard')}",
+        ha="center",
+        fontsize=8,
+    )
+
+
+def _panel_b(ax: Any, pick: Any, rows: pd.DataFrame) -> None:
+    k, m, n, w = (int(pick[c]) for c in ("K", "M", "N", "W"))
+    dw, pw = int(rows.loc["depthwise", "macs"]), int(rows.loc["pointwise", "macs"])
+    _diagram(
+        ax,
+        [
+            (f"input\n{w}x{w}x{m}", "#d9ead3"),
+            (f"(1) depthwise: M={m}\nfilters {k}x{k}x1\n{dw:,} MACs", ""),
+            (f"{w}x{w}x{m}\n(one map per\ninput channel)", "#fff2cc"),
+            (f"(2) pointwise: N={n}\nfilters 1x1x{m}\n{pw:,} MACs", ""),
+            (f"output\n{w}x{w}x{n}", "#cfe2f3"),
+        ],
+        "(b) depthwise separable convolution, as run",
+    )
+    std = int(rows.loc["standard", "macs"])
+    ax.text(
+        0.5,
+        0.12,
+        f"{dw + pw:,} MACs = {(dw + pw) / std:.4f} x standard = 1/N + 1/K² = 1/{n} + 1/{k * k}\n"
+        f"{_ms(rows, 'separable')}",
+        ha="center",
+        fontsize=8,
+    )
+
+
+def _ratio_plot(ax: Any, m: exp.Measured) -> None:
+    """Measured ratios (MACs and time) against N, one colour per K, the formula as a line."""
+    r = m.ratios
+    for i, (k, group) in enumerate(r.groupby("K")):
+        by_n = group.groupby("N")[["mac_ratio", "time_ratio"]].median()
+        ns = np.geomspace(by_n.index.min(), by_n.index.max(), 50)
+        ax.plot(ns, 1 / ns + 1 / k**2, "-", color=f"C{i}", label=f"K={k}: 1/N + 1/K²")
+        ax.plot(by_n.index, by_n["mac_ratio"], "x", color=f"C{i}", markersize=8, label=f"K={k}: counted MACs")
+        ax.plot(by_n.index, by_n["time_ratio"], "o", color=f"C{i}", fillstyle="none", label=f"K={k}: emulated time")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="N (output channels)",
+        ylabel="separable / standard",
+        title="cost ratio: formula, counted MACs, measured time (median over M, W)",
+    )
+    ns = sorted(r["N"].unique())
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.legend(fontsize=7, ncol=2)
+
+
+def _item(
+    item_id: str, files: list[Path], status: str, why: str, common: dict[str, Any], verdict: Any = None
+) -> ReportItem:
+    return ReportItem(
+        item_id,
+        [str(f) for f in files],
+        status=status,
+        why=why,
+        verdict=verdict.to_dict() if verdict is not None else {},
+        **common,
+    )
+
+
+def _exact(name: str, counted: pd.Series, formula: pd.Series, what: str) -> Check:
+    bad = int((counted != formula).sum())
+    return Check(name, bad == 0, f"{len(counted) - bad}/{len(counted)} grid points equal", f"counted MACs == {what}")
+
+
+def render(
+    root: Path, plan: exp.Plan, counts: exp.Counts, m: exp.Measured, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """Write every item's figure and tables; return their manifest entries, in ``IDS`` order."""
+    import matplotlib.pyplot as plt
+
+    common = {
+        "data_source": DATA,
+        "clock": _clock(m),
+        "notebook": notebook,
+        "parameters": parameters,
+        "paper_values_shown": True,
+    }
+    items: list[ReportItem] = []
+    pick, rows = _shown(m, plan)
+    timed = pick is not None
+    # fig3-5, fig3-5a, fig3-5b: the diagrams of the layer that ran
+    if timed:
+        fig, (ax_a, ax_b) = plt.subplots(2, 1, figsize=(11, 6.5))
+        _panel_a(ax_a, pick, rows)
+        _panel_b(ax_b, pick, rows)
+        fig.suptitle("qiao/fig3-5: MobileNets' convolutions, redrawn from the layers run on the device")
+        fig.tight_layout()
+        composite = [save_figure(fig, "qiao/fig3-5", root=root)]
+        fig, ax = plt.subplots(figsize=(11, 3.4))
+        _panel_a(ax, pick, rows)
+        fig.suptitle("qiao/fig3-5a")
+        fig.tight_layout()
+        panel_a = [save_figure(fig, "qiao/fig3-5a", root=root)]
+        fig, (ax, ax_r) = plt.subplots(1, 2, figsize=(15, 4.2), width_ratios=(1.5, 1))
+        _panel_b(ax, pick, rows)
+        _ratio_plot(ax_r, m)
+        fig.suptitle("qiao/fig3-5b")
+        fig.tight_layout()
+        panel_b = [save_figure(fig, "qiao/fig3-5b", root=root)]
+    else:
+        composite = panel_a = panel_b = []
+    why_layer = f"K={int(pick['K'])} M={int(pick['M'])} N={int(pick['N'])} W={int(pick['W'])}" if timed else "none"
+    items += [
+        _item(
+            "qiao/fig3-5",
+            composite,
+            "not judged",
+            f"composite of panels a and b, a figure with no values; redrawn from the layers run "
+            f"({why_layer}); their formulas are judged in eq-conv-cost and eq-dwconv-cost",
+            common,
+        ),
+        _item(
+            "qiao/fig3-5a",
+            panel_a,
+            "not judged",
+            f"a figure with no values; drawn from the standard conv run "
+            f"({why_layer}); its formula is judged in eq-conv-cost",
+            common,
+        ),
+        _item(
+            "qiao/fig3-5b",
+            panel_b,
+            "not judged",
+            f"a figure with no values of its own; drawn from the pair run "
+            f"({why_layer}); its 1/N + 1/K² and '8 to 9' are judged in eq-dwconv-ratio and eq-mobilenet-8to9x",
+            common,
+        ),
+    ]
+    items += _equations(root, plan, counts, m, common)
+    return items
+
+
+def _fit_plot(m: exp.Measured, item_id: str, kinds: tuple[str, ...]) -> Any:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    layers = m.times[m.times["family"] == "pair"]
+    for i, kind in enumerate(kinds):
+        g = layers[layers["kind"] == kind]
+        ax.plot(g["macs"], g["emulated_s"] * 1e3, "o", color=f"C{i}", label=kind)
+        row = m.fit.set_index("kind").loc[kind]
+        if not math.isnan(row["r2"]):
+            xs = np.geomspace(g["macs"].min(), g["macs"].max(), 20)
+            ax.plot(
+                xs,
+                (row["intercept_s"] + xs / row["fitted_macs_per_s"]) * 1e3,
+                "--",
+                color=f"C{i}",
+                label=f"{kind} fit: R²={row['r2']:.2f}, {row['fitted_macs_per_s'] / 1e9:.2f} GMAC/s",
+            )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="counted MACs per call",
+        ylabel="emulated device time per call (ms)",
+        title=f"{item_id}: time vs MACs (fit over every layer)",
+    )
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _equations(root: Path, plan: exp.Plan, counts: exp.Counts, m: exp.Measured, common: dict[str, Any]) -> list[Any]:
+    import matplotlib.pyplot as plt
+
+    pairs, items = counts.pairs, []
+    grid = [f"K={r.K} M={r.M} N={r.N} W={r.W}" for r in pairs.itertuples()]
+    timed = len(m.times) > 0
+    fit = m.fit.round({"r2": 3, "r2_without_outliers": 3, "intercept_s": 5}).assign(
+        fitted_macs_per_s=m.fit["fitted_macs_per_s"].map(lambda v: f"{v:.3g}"),
+        median_macs_per_s=m.fit["median_macs_per_s"].map(lambda v: f"{v:.3g}"),
+    )
+    for item_id, kind, formula, text in (
+        ("qiao/eq-conv-cost", "standard", "formula_standard", "K·K·M·N·W_out·H_out"),
+        ("qiao/eq-dwconv-cost", "separable", "formula_separable", "K·K·W_out·H_out·M + M·N·W_out·H_out"),
+    ):
+        check = _exact("exact count", pairs[f"{kind}_macs"], pairs[formula], text)
+        v = decide([check], fitted=[], predicted=grid, noise=NO_NOISE)
+        kinds = ("standard",) if kind == "standard" else ("depthwise", "pointwise", "separable")
+        files = [save_figure(_fit_plot(m, item_id, kinds), item_id, root=root)] if timed else []
+        shown = fit[fit["kind"].isin(kinds)] if timed else fit
+        finding = "; ".join(
+            f"{r.kind}: R²={r.r2}"
+            + (f" ({r.r2_without_outliers} without {r.outliers} outlier(s))" if r.outliers else "")
+            + f", fixed {r.intercept_s * 1e3:.2f} ms per call, median {r.median_macs_per_s} MAC/s"
+            for r in shown.itertuples()
+        )
+        columns = ["kind", "K", "M", "N", "W", "macs", "cpu_s", "emulated_s"]
+        slow = exp.outliers(m.times) if timed else pd.DataFrame(columns=columns)
+        slow = slow[slow["kind"].isin(kinds)][columns]
+        md = [
+            f"# {item_id}: {text}",
+            "",
+            "Counted from the built Keras layers beside the formula:",
+            "",
+            markdown_table(pairs[["K", "M", "N", "W", f"{kind}_macs", formula, f"{kind}_params"]]),
+            "",
+            v.markdown(),
+            "Time against MACs on the device (least squares; an observation, not a check):",
+            "",
+            markdown_table(shown) if timed else "(not timed)",
+            "",
+            f"Outliers (under {exp.OUTLIER_SHARE:.0%} of their kind's median MAC/s; a slow kernel path, measured "
+            "once when a call took over "
+            f"{exp.SLOW_CALL_S:g} s of host CPU):",
+            "",
+            markdown_table(slow.round(4)) if len(slow) else "none",
+        ]
+        files += save_table(pairs, "\n".join(md) + "\n", item_id, root=root)
+        items.append(_item(item_id, files, v.status, f"{v.why}; finding: {finding or 'not timed'}", common, v))
+
+    # eq-dwconv-ratio: the integer identity, and the time ratio as a finding
+    check = Check(
+        "exact ratio",
+        bool(pairs["ratio_exact"].all()),
+        f"{int(pairs['ratio_exact'].sum())}/{len(pairs)} grid points",
+        "separable·K²·N == standard·(K² + N), in integers",
+    )
+    v = decide([check], fitted=[], predicted=grid, noise=NO_NOISE)
+    r = m.ratios
+    gap = (
+        (
+            f"measured time ratio {r['time_ratio'].min():.3f}-{r['time_ratio'].max():.3f} against MAC ratio "
+            f"{r['mac_ratio'].min():.3f}-{r['mac_ratio'].max():.3f}: time ratio / MAC ratio median "
+            f"{r['time / mac ratio'].median():.1f}x (the depthwise step alone takes "
+            f"{r['depthwise_share'].median():.0%} of the pair's time)"
+        )
+        if len(r)
+        else "not timed"
+    )
+    files = []
+    if timed:
+        fig, ax = plt.subplots(figsize=(7.5, 4.6))
+        _ratio_plot(ax, m)
+        fig.suptitle("qiao/eq-dwconv-ratio")
+        fig.tight_layout()
+        files.append(save_figure(fig, "qiao/eq-dwconv-ratio", root=root))
+    md = [
+        "# qiao/eq-dwconv-ratio: separable / standard = 1/N + 1/K²",
+        "",
+        markdown_table(pairs[["K", "M", "N", "W", "mac_ratio", "formula_ratio", "ratio_exact"]].round(6)),
+        "",
+        v.markdown(),
+        f"Finding (not a failure of the formula): {gap}. Depthwise convolutions do few MACs per byte "
+        "moved and a call has a fixed cost, so the time ratio sits nearer 1 than the MAC ratio.",
+        "",
+        markdown_table(r.round(4)) if len(r) else "",
+    ]
+    files += save_table(r if len(r) else pairs, "\n".join(md) + "\n", "qiao/eq-dwconv-ratio", root=root)
+    items.append(_item("qiao/eq-dwconv-ratio", files, v.status, f"{v.why}; finding: {gap}", common, v))
+    items.append(_mobilenet_item(root, counts, m, common))
+    items.append(_group_item(root, plan, counts, m, common))
+    items.append(_squeezenet_item(root, counts, m, common))
+    return items
+
+
+def _derived(item: str, row: str, column: str) -> float:
+    ref = load_reference(item)
+    return float(ref[(ref["row"] == row) & (ref["column"] == column)]["value"].iloc[0])
+
+
+def _mobilenet_item(root: Path, counts: exp.Counts, m: exp.Measured, common: dict[str, Any]) -> ReportItem:
+    import matplotlib.pyplot as plt
+
+    nets = counts.networks.set_index("network")
+    sep, std = int(nets.loc["mobilenet", "macs"]), int(nets.loc["mobilenet_twin", "macs"])
+    ratio = std / sep
+    ref_sep = int(_derived("qiao/derived-mobilenetv1", "whole network 224x224 alpha=1 separable", "macs"))
+    ref_std = int(_derived("qiao/derived-mobilenetv1", "whole network 224x224 alpha=1 standard-conv twin", "macs"))
+    checks = [
+        Check("8 to 9", 8 <= ratio <= 9, f"whole network {std:,} / {sep:,} MACs = {ratio:.2f}x", "8 <= ratio <= 9"),
+        Check(
+            "cataloguer's count",
+            (sep, std) == (ref_sep, ref_std),
+            f"{sep:,} and {std:,}",
+            f"== {ref_sep:,} and {ref_std:,} (derived_checks.csv)",
+        ),
+    ]
+    v = decide(checks, fitted=[], predicted=["keras.applications.MobileNet 224x224 alpha=1"], noise=NO_NOISE)
+    per = counts.mobilenet_pairs
+    below = per[per["reduction"] < 8]
+    nt = m.networks
+    timed = nt[nt["network"] == "mobilenet"].dropna(subset=["twin_time_ratio"])
+    times = (
+        ", ".join(f"batch {int(t.batch)}: {t.twin_time_ratio:.2f}x" for t in timed.itertuples())
+        or "not timed (full profile)"
+    )
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    ax.axhspan(8, 9, color="0.85", label="the survey's '8 to 9 times'")
+    ns = np.geomspace(16, 2048, 60)
+    ax.plot(ns, 9 * ns / (ns + 9), "-", color="C0", label="per layer, K=3: 9N/(N+9)")
+    ax.plot(per["N"], per["reduction"], "x", color="C0", markersize=9, label="MobileNet's 13 pairs, counted")
+    ax.axhline(ratio, color="C1", label=f"whole network, counted: {ratio:.2f}x")
+    for t in timed.itertuples():
+        ax.axhline(
+            t.twin_time_ratio,
+            color="C3",
+            linestyle=":",
+            label=f"whole network, emulated time, batch {int(t.batch)}: {t.twin_time_ratio:.2f}x",
+        )
+    ax.axvline(72, color="0.5", linestyle="--", linewidth=0.8, label="N = 72 (9N/(N+9) = 8)")
+    ax.set(
+        xscale="log",
+        xlabel="N (output channels of the pair)",
+        ylabel="standard / separable",
+        title="qiao/eq-mobilenet-8to9x",
+        ylim=(0, 10),
+    )
+    ax.legend(fontsize=7, loc="lower right")
+    files = [save_figure(fig, "qiao/eq-mobilenet-8to9x", root=root)]
+    note = (
+        f"per layer the reduction is 9N/(N+9) >= 8 only for N >= 72 ({len(below)} of MobileNet's 13 pairs below 8: "
+        f"N={', '.join(str(n) for n in below['N'])}); time ratio twin / MobileNet {times}"
+    )
+    md = [
+        "# qiao/eq-mobilenet-8to9x: 'MobileNet can achieve 8 to 9 times less computation' (3x3 kernels)",
+        "",
+        markdown_table(counts.networks[counts.networks["network"].str.startswith("mobilenet")]),
+        "",
+        v.markdown(),
+        f"Per pair (the 13 separable pairs, 224x224): {note}.",
+        "",
+        markdown_table(per.round(3)),
+        "",
+        markdown_table(nt.round(4)) if len(nt) else "(networks not timed in this profile)",
+    ]
+    files += save_table(per, "\n".join(md) + "\n", "qiao/eq-mobilenet-8to9x", root=root)
+    return _item("qiao/eq-mobilenet-8to9x", files, v.status, f"{v.why}; {note}", common, v)
+
+
+def _group_item(root: Path, plan: exp.Plan, counts: exp.Counts, m: exp.Measured, common: dict[str, Any]) -> ReportItem:
+    import matplotlib.pyplot as plt
+
+    g = counts.groups
+    share_ok = bool(np.allclose(g["share_of_standard"], 1 / g["G"], rtol=0, atol=0))
+    checks = [
+        _exact("exact count", g["macs"], g["formula"], "K·K·(M/G)·N·W_out·H_out"),
+        Check(
+            "1/G",
+            share_ok,
+            ", ".join(f"G={r.G}: {r.share_of_standard:g}" for r in g.itertuples()),
+            "MACs / MACs at G=1 == 1/G",
+        ),
+    ]
+    v = decide(checks, fitted=[], predicted=[f"G={x}" for x in g["G"]], noise=NO_NOISE)
+    t = m.times[m.times["family"] == "group"] if len(m.times) else pd.DataFrame()
+    conn = counts.connectivity
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), width_ratios=(1.5, 1, 1))
+    axes[0].plot(g["G"], g["macs"], "x-", color="C0", label="counted MACs")
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="groups G",
+        ylabel="MACs per call",
+        title=f"3x3 conv, M=N={plan.params.group_channels}, W={plan.params.group_width}",
+    )
+    if len(t):
+        twin = axes[0].twinx()
+        twin.plot(t["G"], t["emulated_s"] * 1e3, "o--", color="C3", label="emulated time (ms)")
+        twin.set(ylabel="emulated device time per call (ms)")
+        twin.legend(fontsize=8, loc="upper right")
+    axes[0].set_xticks(list(g["G"]), [str(x) for x in g["G"]])
+    axes[0].minorticks_off()
+    axes[0].legend(fontsize=8, loc="lower left")
+    for ax, (name, matrix) in zip(axes[1:], conn.items(), strict=True):
+        ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
+        ax.set(
+            title=f"{name}: {matrix.sum(axis=0).min()}/{len(matrix)} inputs per output",
+            xlabel="output channel",
+            ylabel="input channel",
+        )
+    fig.suptitle(f"qiao/eq-group-conv: cost against G; two stacked 1x1 group convs (G={plan.params.shuffle_groups})")
+    fig.tight_layout()
+    files = [save_figure(fig, "qiao/eq-group-conv", root=root)]
+    times = ", ".join(f"G={int(r.G)}: {r.emulated_s * 1e3:.2f} ms" for r in t.itertuples()) or "not timed"
+    reach = "; ".join(f"{k}: each output reaches {v_.sum(axis=0).min()}/{len(v_)} inputs" for k, v_ in conn.items())
+    note = (
+        f"emulated time {times} (groups > 1 run through XLA in Keras' TensorFlow backend: time does not fall as "
+        f"1/G); {reach}; ShuffleNet's accuracy comparison not run"
+    )
+    md = [
+        "# qiao/eq-group-conv: K·K·(M/G)·N·W_out·H_out (derived), and ShuffleNet's channel shuffle",
+        "",
+        markdown_table(g.round(4)),
+        "",
+        v.markdown(),
+        f"Findings: {note}.",
+        "",
+    ]
+    files += save_table(g, "\n".join(md) + "\n", "qiao/eq-group-conv", root=root)
+    return _item("qiao/eq-group-conv", files, v.status, f"{v.why}; {note}", common, v)
+
+
+def _squeezenet_item(root: Path, counts: exp.Counts, m: exp.Measured, common: dict[str, Any]) -> ReportItem:
+    import matplotlib.pyplot as plt
+
+    nets = counts.networks.set_index("network")["params"]
+    squeeze = int(nets["squeezenet"])
+    ratios = {name: int(nets[name]) / squeeze for name in ("alexnet", "alexnet_single_tower")}
+    ref = {
+        "squeezenet": _derived("qiao/derived-squeezenet", "SqueezeNet 1.0", "params"),
+        "alexnet": _derived("qiao/derived-squeezenet", "AlexNet (original two-group)", "params"),
+        "alexnet_single_tower": _derived(
+            "qiao/derived-squeezenet", "AlexNet (single-tower torchvision layout)", "params"
+        ),
+    }
+    shown = ", ".join(f"{k}: {r:.1f}x" for k, r in ratios.items())
+    checks = [
+        Check(
+            "50x",
+            all(45 <= r < 55 for r in ratios.values()),
+            shown,
+            "the ratio rounds to 50 at one significant figure (45 <= ratio < 55): the survey's '50 times' is a "
+            "round number",
+        ),
+        Check(
+            "cataloguer's count",
+            all(int(nets[k]) == int(v_) for k, v_ in ref.items()),
+            ", ".join(f"{k} {int(nets[k]):,}" for k in ref),
+            "== derived_checks.csv",
+        ),
+    ]
+    v = decide(checks, fitted=[], predicted=["SqueezeNet 1.0 vs AlexNet parameters"], noise=NO_NOISE)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = ["squeezenet", "alexnet", "alexnet_single_tower"]
+    ax.bar(names, [nets[n] / 1e6 for n in names], color=["C2", "C0", "C0"])
+    for i, n in enumerate(names):
+        ax.text(
+            i, nets[n] / 1e6, f"{int(nets[n]):,}\n{nets[n] * 4 / 1e6:.2f} MB fp32", ha="center", va="bottom", fontsize=8
+        )
+    ax.axhline(nets["alexnet"] / 50 / 1e6, **{**PAPER_STYLE, "marker": None, "label": "AlexNet / 50 (the survey)"})
+    ax.set(yscale="log", ylabel="parameters (millions)", title=f"qiao/eq-squeezenet-50x: {shown}", ylim=(0.5, 300))
+    ax.legend(fontsize=8)
+    files = [save_figure(fig, "qiao/eq-squeezenet-50x", root=root)]
+    nt = m.networks
+    timed = nt[nt["network"].isin(names)]
+    note = "accuracy parity on ImageNet: not re-run, cited; forward time " + (
+        ", ".join(f"{r.network} batch {int(r.batch)}: {r.emulated_s:.2f} s emulated" for r in timed.itertuples())
+        or "not timed in this profile"
+    )
+    md = [
+        "# qiao/eq-squeezenet-50x: 'AlexNet-level accuracy with 50 times less parameters'",
+        "",
+        markdown_table(counts.networks[counts.networks["network"].isin(names)]),
+        "",
+        v.markdown(),
+        f"The ratio is {shown}: '50x' read as a round number. {note}.",
+        "",
+    ]
+    files += save_table(counts.networks, "\n".join(md) + "\n", "qiao/eq-squeezenet-50x", root=root)
+    return _item("qiao/eq-squeezenet-50x", files, v.status, f"{v.why}; {note}", common, v)
