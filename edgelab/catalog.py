@@ -83,16 +83,8 @@ _IDS = {
 IDS: tuple[str, ...] = tuple(f"{doc}/{item}" for doc in DOCUMENTS for item in _IDS[doc])
 
 # The open work that renders the ids no notebook renders yet.
-_MODEL_PARALLEL = "model-parallel training and on-device model design (GPipe, 1F1B, DeepThings, DDNN, compression)"
 _STRATEGIES = "the survey's synchronization strategies (all-reduce, gossip, FedAvg, compressors, stragglers)"
 PLANNED: dict[str, str] = {
-    **{
-        f"qiao/{item}": _MODEL_PARALLEL
-        for item in (
-            "fig3-7",
-            "eq-normalized-entropy",
-        )
-    },
     **{
         f"qiao/{item}": _STRATEGIES
         for item in (

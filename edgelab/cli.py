@@ -126,6 +126,7 @@ NOTEBOOK_IDS = {
         "qiao/eq-group-conv",
         "qiao/eq-squeezenet-50x",
     ],
+    "qiao_early_exits": ["qiao/fig3-7", "qiao/eq-normalized-entropy"],
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.

@@ -75,11 +75,11 @@ def test_only_picks_the_notebooks_rendering_the_named_documents_and_ids() -> Non
     notebooks = sorted(cli.NOTEBOOKS_DIR.glob("*.ipynb"))
 
     # Execute
-    chosen, unrendered = cli.notebooks_for(["park2020/fig3a", "jeon", "qiao/fig3-3"], notebooks)
+    chosen, unrendered = cli.notebooks_for(["park2020/fig3a", "jeon", "qiao/fig3-3", "qiao/fig3-4"], notebooks)
 
     # Assert
-    assert [nb.stem for nb in chosen] == ["jeon_pipeline", "park2020_async"]
-    assert unrendered == ["qiao/fig3-3"]
+    assert [nb.stem for nb in chosen] == ["jeon_pipeline", "park2020_async", "qiao_pipeline_training"]
+    assert unrendered == ["qiao/fig3-4"]
 
 
 def test_only_with_an_unknown_name_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
