@@ -84,7 +84,9 @@ def test_good_parameters_plan_every_run_without_a_cluster() -> None:
 
 def test_repeats_of_long_cells_train_a_sample_of_rounds_and_count_as_their_cell() -> None:
     # Execute: 384 samples; N=1 trains 6 batches, N=2's shards 3; repeats stop after 2
-    plan = lenet.prepare(models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=2)
+    plan = lenet.prepare(
+        models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=2, repeats=3
+    )
     by_epoch = lenet.prepare(
         models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=2, sync_every="epoch"
     )

@@ -74,7 +74,7 @@ class JeonParams:
     validation_fraction: float = 0.2
     augment_per_class: int = 128
     weights: str | None = "imagenet"
-    phase1_epochs: int = 3
+    phase1_epochs: int = 2
     phase1_learning_rate: float = 1e-3
     phase2_epochs: int = 0
     phase2_learning_rate: float = 1e-5
@@ -85,7 +85,7 @@ class JeonParams:
     micro_batch: int = 32
     max_in_flight: int = 8
     latency_images: int = 32
-    repeats: int = 2
+    repeats: int = 1
     fault_stage: int | None = 4
     fault_at: int = 3
     device_profile: str = "pi4b"

@@ -68,6 +68,7 @@ FULL_PROFILE: dict[str, Any] = {
     "sample_limit": None,
     "test_limit": None,
     "monitor_interval_s": 30.0,
+    "repeats": 3,
 }
 
 
@@ -78,7 +79,7 @@ class LenetParams:
     models: tuple[str, ...] = ("mlp", "cnn")
     device_counts: tuple[int, ...] = (1, 2, 3)
     worker_data: tuple[str, ...] = ("full", "shard")
-    repeats: int = 3
+    repeats: int = 2
     # Batches per device of a repeat (the first run of a cell trains them all); None: every batch.
     repeat_steps: int | None = 100
     epochs: int = 1
