@@ -232,6 +232,35 @@ def test_jpeg_set_is_decoded_and_cached(tmp_path: Path) -> None:
     assert again.x_train is ds.x_train and not ds.x_train.flags.writeable
 
 
+def test_decoded_jpegs_are_kept_on_disk_for_the_next_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgelab.data.cifar10 as cifar10
+
+    # Prepare: a cache of its own; this small set counts as large enough to keep
+    _write_jpeg_set(tmp_path / "data")
+    monkeypatch.setenv("EDGELAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cifar10, "_DISK_CACHE_MIN_IMAGES", 1)
+    monkeypatch.setattr(cifar10, "_DECODED", {})
+    first = load_cifar10(data_dir=tmp_path / "data", allow_download=False)
+    (kept,) = (tmp_path / "cache" / "decoded").iterdir()
+
+    # Execute: a new process (nothing decoded in memory) that cannot decode a JPEG at all
+    monkeypatch.setattr(cifar10, "_DECODED", {})
+    monkeypatch.setattr(cifar10.Image, "open", lambda *_: (_ for _ in ()).throw(AssertionError("decoded again")))
+    second = load_cifar10(data_dir=tmp_path / "data", allow_download=False)
+
+    # Assert: the same pixels, read-only, from the kept copy
+    np.testing.assert_array_equal(second.x_train, first.x_train)
+    np.testing.assert_array_equal(second.y_train, first.y_train)
+    assert not second.x_train.flags.writeable and kept.suffix == ".npz"
+
+    # A changed file is another key: decoded again (and here, refused by the stubbed decoder)
+    train = tmp_path / "data" / "cifar10" / "cifar10_jpeg_train.npz"
+    os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(cifar10, "_DECODED", {})
+    with pytest.raises(AssertionError, match="decoded again"):
+        load_cifar10(data_dir=tmp_path / "data", allow_download=False)
+
+
 def test_corrupt_jpeg_names_the_image(tmp_path: Path) -> None:
     # Prepare
     _write_jpeg_set(tmp_path)

@@ -79,6 +79,10 @@ _TEST_ORDER_NOTE = (
 )
 # Decoded JPEG arrays per (path, mtime_ns, size), read-only: decoding 50,000 JPEGs takes ~5 s, so once per process.
 _DECODED: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+# And once per machine: every notebook's kernel and test process would decode the same set again (~9 s each,
+# seven notebooks in the smoke reproduction). Sets smaller than this decode faster than their copy loads.
+_DISK_CACHE_MIN_IMAGES = 1000
+_DISK_CACHE_REVISION = 1
 
 
 def load_cifar10(
@@ -372,6 +376,10 @@ def _decode_jpegs(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key in _DECODED:
         return _DECODED[key]
+    cached = _from_disk(_disk_copy(key))
+    if cached is not None:
+        _DECODED[key] = cached
+        return cached
     arrays = _load_npz(path, ("jpeg", "offsets", "y", "label_names"))
     blob, offsets, y = arrays["jpeg"], arrays["offsets"], arrays["y"]
     if blob.dtype != np.uint8 or blob.ndim != 1 or y.ndim != 1 or not np.issubdtype(offsets.dtype, np.integer):
@@ -392,4 +400,39 @@ def _decode_jpegs(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = _checked(path, split, x, y)
     x.flags.writeable = y.flags.writeable = False
     _DECODED[key] = (x, y)
+    if len(y) >= _DISK_CACHE_MIN_IMAGES:
+        _to_disk(_disk_copy(key), x, y)
     return x, y
+
+
+def _disk_copy(key: tuple[str, int, int]) -> Path:
+    """Where the decoded arrays of one JPEG file (as it is now, by this Pillow) are kept between processes."""
+    from edgelab.paths import cache_dir
+
+    ident = "|".join(map(str, (*key, f"Pillow {PIL.__version__}", _DISK_CACHE_REVISION)))
+    return cache_dir() / "decoded" / f"cifar10-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.npz"
+
+
+def _from_disk(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The decoded arrays kept at ``path``, read-only; None if there are none (or they cannot be read)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            x, y = f["x"], f["y"]
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
+    if x.dtype != np.uint8 or x.shape[1:] != (32, 32, 3) or y.shape != (len(x),):
+        return None
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
+
+
+def _to_disk(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """Keep decoded arrays at ``path``, written whole or not at all; a cache that cannot be written is skipped."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            np.savez(f, x=x, y=y)  # uncompressed: loading it is a copy, not a decode
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
