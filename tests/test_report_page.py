@@ -47,8 +47,10 @@ def test_every_id_is_listed_in_order_and_the_paper_sized_result_wins(tmp_path: P
     assert shown["park2020/table1"].tables == ["full-profile/park2020/table1.md"]
     assert shown["park2020/table1"].other == "park2020/table1.md"
     assert (shown["park2020/table2"].scale, shown["park2020/table2"].other) == ("smoke", "")
-    assert shown["qiao/fig3-3"].status == "not run"  # an id no notebook renders yet: the planned work named
-    assert shown["qiao/fig3-3"].why.startswith("not yet: model-parallel training")
+    assert shown["qiao/fig3-4"].status == "not run"  # an id no notebook renders yet: the planned work named
+    assert shown["qiao/fig3-4"].why.startswith("not yet: the survey's synchronization strategies")
+    # an id a notebook renders, not run here: said so
+    assert shown["qiao/fig3-3"].why == "not yet: its notebook has not run here"
 
 
 def test_the_page_counts_ids_by_status_and_escapes_what_it_shows(tmp_path: Path) -> None:
