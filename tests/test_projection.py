@@ -358,7 +358,7 @@ def test_manifest_merges_items_keeps_verdicts_and_lists_what_is_not_run(tmp_path
     assert entries["park2020/table4"]["status"] == "not run"
     # Every catalog id is listed, the ones no notebook renders with the work that will
     assert list(entries) == sorted(catalog.IDS)
-    assert entries["qiao/fig3-3"]["why"].startswith("not yet: model-parallel training")
+    assert entries["qiao/fig3-4"]["why"].startswith("not yet: the survey's synchronization strategies")
 
 
 @pytest.mark.parametrize("status, why", [("maybe", "x"), ("differs", ""), ("not judged", "")])
