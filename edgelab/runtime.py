@@ -16,7 +16,6 @@ a gather. The function, its arguments and its accounting are the task's own.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import os
 import threading
@@ -162,26 +161,6 @@ class _Shard:
         return iter(pipeline)
 
 
-class ReportedByTheClient(logging.Filter):
-    """Drops the worker log lines whose news reaches the user through the client anyway.
-
-    A task that raises is logged by the worker ("Compute Failed", with a
-    traceback) and raised again in the client, where edgelab reports it (or
-    recovers from it: a fault scenario's killed stage); a heartbeat that finds
-    the scheduler gone is logged while a cluster shuts down, and a scheduler
-    lost mid-run is a lost client connection. Printed, both made successful
-    runs look like failures in the notebooks' output.
-    """
-
-    QUIET = ("Compute Failed", "Failed to communicate with scheduler during heartbeat")
-
-    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102 - logging.Filter hook
-        return not str(record.msg).startswith(self.QUIET)
-
-
-_QUIET = ReportedByTheClient()
-
-
 @dataclass
 class DeviceRuntime(WorkerPlugin):
     """Per-worker state of one emulated (or real) device."""
@@ -213,7 +192,6 @@ class DeviceRuntime(WorkerPlugin):
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
         worker.handlers[PEER_OP] = self._peer
-        logging.getLogger("distributed.worker").addFilter(_QUIET)
 
     def teardown(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         worker.handlers.pop(DIRECT_OP, None)

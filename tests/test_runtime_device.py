@@ -135,18 +135,3 @@ def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
         _train_steps(model, shard, weights[:5], np.arange(4), 1, 4)
     with pytest.raises(ValueError, match="has shape"):
         _train_steps(model, shard, [w.T for w in weights], np.arange(4), 1, 4)
-
-
-def test_worker_logs_the_client_reports_anyway_are_dropped_and_others_kept() -> None:
-    import logging
-
-    from edgelab.runtime import ReportedByTheClient
-
-    def record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:
-        return logging.LogRecord("distributed.worker", level, __file__, 1, msg, None, None)
-
-    quiet = ReportedByTheClient()
-    assert not quiet.filter(record("Compute Failed\nKey: run_stage-1\nException: StageMissingError(...)"))
-    assert not quiet.filter(record("Failed to communicate with scheduler during heartbeat."))
-    assert quiet.filter(record("Unexpected exception during heartbeat. Closing worker."))
-    assert quiet.filter(record("Worker is at 85% memory usage.", logging.WARNING))
