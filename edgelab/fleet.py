@@ -64,6 +64,8 @@ REVIVE_AFTER_S = 20.0
 CONFIRM_S = 10.0
 # Once a device is found lost, how long to keep looking for others lost with it (one power cut, one recovery).
 SETTLE_S = 2 * POLL_S
+# The scheduler's event when a worker missed its heartbeats for longer than the worker TTL.
+TTL_TIMED_OUT = "worker-ttl-timed-out"
 # Recoveries per step before we stop trying.
 MAX_RECOVERIES = 3
 # Longest a step may take while every device stays connected (a paused or hung worker).
@@ -172,6 +174,7 @@ class Fleet:
                 )
             time.sleep(0.1)
         self.addresses = {d: view[d] for d in self.devices}
+        self._events_since = max((t for t, _ in self.client.get_events("scheduler")), default=0.0)
         self._prepared: dict[str, str] = {}  # device -> the address it was prepared at
         self._inflight: list[Future] = []
         self._calls: list[concurrent.futures.Future[Any]] = []
@@ -190,9 +193,28 @@ class Fleet:
         return {str(w["name"]): a for a, w in self._workers().items() if w.get("status", "running") == "running"}
 
     def lost(self) -> list[str]:
-        """Devices whose worker is gone or has been replaced since we last found it."""
+        """Devices whose worker is gone, replaced, or given up on by the scheduler since we last found it."""
         view = self._view()
-        return [d for d in self.devices if view.get(d) != self.addresses[d]]
+        lost = [d for d in self.devices if view.get(d) != self.addresses[d]]
+        if lost:
+            return lost
+        silent = self._timed_out()
+        return [d for d in self.devices if self.addresses[d] in silent]
+
+    def _timed_out(self) -> set[str]:
+        """Workers the scheduler gave up on for missing heartbeats (its worker TTL) since the run began.
+
+        The scheduler then asks the worker's nanny to restart it and keeps
+        listing the worker until the nanny answers, which over a cut link is
+        only once the link is back; a reply the worker sends meanwhile must not
+        count, as its restart is already on the way.
+        """
+        return {
+            address
+            for t, event in self.client.get_events("scheduler")
+            if t > self._events_since and isinstance(event, dict) and event.get("action") == TTL_TIMED_OUT
+            for address in event.get("workers", ())
+        }
 
     # ---------------------------------------------------------- talking ----
 
