@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,8 @@ class DeviceRuntime(WorkerPlugin):
     stages: dict[tuple[str, str], Any] = field(default_factory=dict)
     # All-reduce runs' weights and peers, by run id: edgelab.allreduce.
     peers: dict[str, Any] = field(default_factory=dict)
+    # What a compressor with error feedback has not sent yet, by run id (edgelab.sync.compress).
+    residuals: dict[str, Any] = field(default_factory=dict)
     # How long each kind of direct call last took here: a short one runs on the event loop (run()).
     _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
 
@@ -201,6 +203,7 @@ class DeviceRuntime(WorkerPlugin):
         self.shards.clear()
         self.stages.clear()
         self.peers.clear()
+        self.residuals.clear()
         self.models.clear()
         self.initial.clear()
 
@@ -460,6 +463,7 @@ def release(run_id: str, dask_worker: Any = None) -> None:
     rt = _runtime(dask_worker)
     rt.shards.pop(run_id, None)
     rt.peers.pop(run_id, None)
+    rt.residuals.pop(run_id, None)
 
 
 def initial_weights(spec: ModelSpec) -> Weights:
@@ -481,19 +485,24 @@ class RoundTask:
     round: int
     epoch: int
     first_step: int  # index of the first batch of this round within the epoch
-    steps: int  # batches to train before synchronizing
+    steps: int  # batches to train before synchronizing (per local epoch)
     batch_size: int
     seed: int
+    local_epochs: int = 1  # epochs of this round, from ``epoch`` on (federated averaging's E)
+    # Compresses the delta before it is sent back (edgelab.sync.compress); None sends it whole.
+    compressor: Any = None
 
 
-def train_round(task: RoundTask, weights: Weights) -> tuple[Packed, dict[str, Any]]:
+def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]:
     """Train ``task.steps`` batches from ``weights`` and return the weight delta.
 
     Returns
     -------
     delta, record
         ``delta`` = local weights after training minus ``weights`` (``Packed``:
-        it arrives as the list of arrays, in one buffer); ``record``
+        it arrives as the list of arrays, in one buffer), or what
+        ``task.compressor`` made of it (plus the residual it kept, under error
+        feedback: a device that restarts loses it, as a board would); ``record``
         holds what was measured: CPU seconds of this worker process during the
         compute (all threads), host wall seconds, bytes in and out, samples,
         loss and the memory working set above the framework baseline; and, under
@@ -508,29 +517,40 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Packed, dict[str, An
     model = rt.model(task.spec)
 
     # Each device walks its data in its own seeded order, fresh every epoch.
-    order = shard.order(task.seed, task.device_index, task.epoch)
     start = task.first_step * task.batch_size
-    stop = min(len(order), start + task.steps * task.batch_size)
+    stop = start + task.steps * task.batch_size
+    orders = [shard.order(task.seed, task.device_index, task.epoch + e)[start:stop] for e in range(task.local_epochs)]
 
     # The step's peak, not the RSS after it: the activations are freed once the step ends.
     peak_measured = _reset_peak_rss()
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    delta, loss = _train_steps(model, shard, weights, order[start:stop], task.steps, task.batch_size)
+    delta, loss = _train_steps(model, shard, weights, orders[0], task.steps, task.batch_size)
+    for order in orders[1:]:  # each local epoch from where the last ended; the delta is their sum
+        weights = [w + d for w, d in zip(weights, delta.arrays, strict=True)]
+        more, loss = _train_steps(model, shard, weights, order, task.steps, task.batch_size)
+        delta = Packed([d + m for d, m in zip(delta.arrays, more.arrays, strict=True)])
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     peak = _peak_rss() if peak_measured else None
 
-    sent = nbytes(delta.arrays)
+    dense = nbytes(delta.arrays)
+    sent = dense
+    if task.compressor is not None:
+        cpu_c = time.process_time()
+        delta = _compress(rt, task, delta.arrays)
+        cpu_s += time.process_time() - cpu_c  # the device compresses: its time is the device's
+        sent = serialized_bytes(delta)
     rt.bytes_sent += sent
     rss = rt.process.memory_info().rss
     record = {
-        **{k: v for k, v in asdict(task).items() if k not in ("spec", "run_id")},
+        **{f.name: getattr(task, f.name) for f in fields(task) if f.name not in ("spec", "run_id", "compressor")},
         "device": rt.device,
         "pid": os.getpid(),
-        "samples": int(stop - start),
+        "samples": int(sum(len(o) for o in orders)),
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "bytes_received": received,
         "bytes_sent": sent,
+        "bytes_sent_dense": dense,
         "loss": loss,
         "rss_bytes": rss,
         "working_set_bytes": rss - rt.baseline_rss,
@@ -539,6 +559,24 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Packed, dict[str, An
         "monitor": rt.sampler.drain() if rt.sampler is not None else [],
     }
     return delta, record
+
+
+def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights) -> Any:
+    """The round's delta as ``task.compressor`` sends it, with the residual it keeps on this device."""
+    from edgelab.sync.compress import compress_with_feedback
+
+    rng = np.random.default_rng([task.seed, task.device_index, task.round])
+    encoded, rt.residuals[task.run_id] = compress_with_feedback(
+        task.compressor, delta, rt.residuals.get(task.run_id), rng
+    )
+    return encoded
+
+
+def serialized_bytes(value: Any) -> int:
+    """Bytes ``value`` takes on the wire, as Dask serializes it (header and frames)."""
+    from distributed.protocol import serialize_bytelist
+
+    return int(sum(memoryview(frame).nbytes for frame in serialize_bytelist(value)))
 
 
 def evaluate(spec: ModelSpec, weights: Weights, x: np.ndarray, y: np.ndarray) -> dict[str, float]:

@@ -24,6 +24,7 @@ arrays cross the wire.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ import pandas as pd
 from edgelab import async_schedule, runtime
 from edgelab.allreduce import Ring
 from edgelab.cluster import DeviceCluster, device_resource
-from edgelab.data import Dataset, partition
+from edgelab.data import Dataset, partition, shared_subset_split
 from edgelab.device_model import FIT_CELLS, DeviceModel
 from edgelab.device_model import for_profile as device_model_for
 from edgelab.errors import ConfigError, DeviceOutOfMemory
@@ -46,6 +47,8 @@ from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.model_costs import weight_count
 from edgelab.models import ModelSpec
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
+from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
+from edgelab.sync.local_sgd import SyncPeriod
 from edgelab.timeline import Topology
 from edgelab.train_config import (
     PARTITIONS,
@@ -54,6 +57,7 @@ from edgelab.train_config import (
     WORKER_DATA,
     TrainConfig,
     check,
+    clients_of_round,
     estimate_memory_mb,
     phase_counts,
     samples_per_device,
@@ -166,6 +170,13 @@ def train(
         raise ConfigError(
             "transport", transport, f"a synchronous strategy (ps_sync, end_average), not strategy={cfg.strategy!r}"
         )
+    if transport == "allreduce" and (cfg.compressor != "none" or cfg.client_fraction != 1.0 or cfg.deadline != "none"):
+        raise ConfigError(
+            "transport",
+            transport,
+            "'direct' or 'scheduler' with a compressor, a deadline or client_fraction < 1 (all-reduce sums all)",
+        )
+    compressor = cfg.compression
     # With a memory budget the device measures each step against it; the estimate is only informative then.
     check(
         cfg,
@@ -185,7 +196,9 @@ def train(
         # The same seeded order as a single shard, so N=1 is the same run either way.
         indices = partition(dataset.y_train, 1, scheme="iid", seed=cfg.seed) * cfg.n_devices
     else:
-        indices = partition(dataset.y_train, cfg.n_devices, scheme=cfg.partition, seed=cfg.seed)
+        indices = shared_subset_split(
+            dataset.y_train, cfg.n_devices, cfg.shared_fraction, scheme=cfg.partition, seed=cfg.seed
+        )
     steps = steps_per_device(cfg, dataset.n_train)
     run_id = uuid.uuid4().hex[:12]
     shards: dict[str, dict[str, Any]] = {}
@@ -197,7 +210,7 @@ def train(
             i = devices.index(device)
             x_f = fleet.send(device, dataset.x_train[indices[i]])
             y_f = fleet.send(device, dataset.y_train[indices[i]])
-            per_round = 1 if cfg.sync_every == "batch" else steps[i]
+            per_round = cfg.sync_period if cfg.sync_every == "batch" else steps[i]
             loads[device] = fleet.submit(device, runtime.load_shard, run_id, spec, x_f, y_f, cfg.batch_size, per_round)
         fleet.point("load")
         fleet.wait(loads)
@@ -263,23 +276,29 @@ def train(
                 dataset,
                 transport,
             )
-        for epoch in range(0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs):
-            plan = range(max(steps)) if cfg.sync_every == "batch" else [0]
-            for first in plan:
+        span = cfg.epochs_per_round
+        periods = SyncPeriod(cfg.sync_period, cfg.sync_period_rule)
+        stragglers = _Stragglers.of(cfg, cluster, device_model) if cfg.deadline != "none" or cfg.slowdown else None
+        for epoch in range(0, 0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs, span):
+            first = 0
+            while first < (max(steps) if cfg.sync_every == "batch" else 1):
+                period = periods.next() if cfg.sync_every == "batch" else steps[0]
+                clients = clients_of_round(cfg, rnd, [i for i in range(len(devices)) if first < steps[i]])
                 tasks = {
-                    device: runtime.RoundTask(
+                    devices[i]: runtime.RoundTask(
                         run_id,
                         spec,
                         i,
                         rnd,
                         epoch,
                         first,
-                        1 if cfg.sync_every == "batch" else steps[i],
+                        min(period, steps[i] - first) if cfg.sync_every == "batch" else steps[i],
                         cfg.batch_size,
                         cfg.seed,
+                        local_epochs=span,
+                        compressor=compressor,
                     )
-                    for i, device in enumerate(devices)
-                    if first < steps[i]
+                    for i in clients
                 }
                 if ring is not None:
                     # The devices averaged among themselves: the client holds no weights until it asks.
@@ -294,7 +313,11 @@ def train(
                     # found (and prepared again) by the next step; the aggregation needs nothing from it.
                     fleet.point("aggregate", rnd)
                     t_agg = time.perf_counter()
-                    updates = [DeviceUpdate(r["device"], delta, r["samples"]) for delta, r in results]
+                    updates = [
+                        DeviceUpdate(r["device"], _decoded(delta, compressor), r["samples"]) for delta, r in results
+                    ]
+                    if stragglers is not None:
+                        updates = stragglers.on_time(updates, [r for _, r in results], rnd)
                     weights = strategy.aggregate(weights, updates) or weights
                     round_wall = attempt_s + time.perf_counter() - t_agg
                 for _, record in results:
@@ -303,15 +326,18 @@ def train(
                         {**record, "round_wall_s": round_wall, "update": rnd, "pulled_version": rnd, "staleness": 0}
                     )
                 rnd += 1
+                first += period
                 first_round_end_s = first_round_end_s or time.perf_counter() - t_start
                 seen += sum(int(r["samples"]) for _, r in results)
+                periods.observe(_mean_loss(results))
                 check_progress(weights, rnd, seen)
             t_eval = time.perf_counter()
             weights = held(weights, rnd)
-            evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, epoch)
-            scores = fleet.attempt("evaluate", epoch, evaluate)
+            at = epoch // span
+            evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, at)
+            scores = fleet.attempt("evaluate", at, evaluate)
             evaluations.append(
-                {"epoch": epoch + 1, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
+                {"epoch": epoch + span, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
             )
         weights = held(weights, rnd)
         train_wall = time.perf_counter() - t_train
@@ -377,6 +403,69 @@ def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.n
     fleet.wait(futures)
     fleet.point("gather", rnd)
     return list(fleet.gather(futures).values())
+
+
+@dataclass
+class _Stragglers:
+    """Each update's arrival on the device clock, and the round deadline that drops or defers the late ones."""
+
+    cfg: TrainConfig
+    model: DeviceModel
+    rate_bytes_per_s: float
+    latency_s: float
+    deadline: Deadline | None
+    deferred: list[DeviceUpdate] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, cluster: DeviceCluster, device_model: DeviceModel | None) -> _Stragglers:
+        profile = cluster.profile
+        model = device_model or _device_model(cluster)
+        return cls(cfg, model, profile.link_bytes_per_s, profile.latency_s, build_deadline(cfg.deadline))
+
+    def on_time(self, updates: list[DeviceUpdate], records: list[dict[str, Any]], rnd: int) -> list[DeviceUpdate]:
+        """The updates this round applies (filling in each record's arrival); late ones dropped or deferred."""
+        limit = self.deadline.limit_s() if self.deadline is not None else math.inf
+        arrivals = []
+        for record in records:
+            factor = self.cfg.slowdown[record["device_index"]] if self.cfg.slowdown else 1.0
+            device_s = (
+                float(self.model.compute_s(self.cfg.model, record["steps"] * record["local_epochs"], record["samples"]))
+                * factor
+            )
+            arrival = arrival_s(
+                device_s, record["bytes_received"], record["bytes_sent"], self.rate_bytes_per_s, self.latency_s
+            )
+            arrivals.append(arrival)
+            late = arrival > limit
+            record.update(
+                device_s=device_s,
+                arrival_s=arrival,
+                deadline_s=limit,
+                late=late,
+                applied_round=(rnd + 1 if self.cfg.late == "stale" else -1) if late else rnd,
+                round_emulated_s=0.0,
+            )
+        waited = min(limit, max(arrivals)) if arrivals else 0.0
+        for record in records:
+            record["round_emulated_s"] = waited
+        if self.deadline is not None:
+            self.deadline.observe(arrivals)
+        late = [r["late"] for r in records]
+        applied = [u for u, is_late in zip(updates, late, strict=True) if not is_late] + self.deferred
+        self.deferred = [u for u, is_late in zip(updates, late, strict=True) if is_late and self.cfg.late == "stale"]
+        return applied
+
+
+def _mean_loss(results: list[Any]) -> float:
+    """The round's training loss: the devices' losses weighted by their samples."""
+    samples = np.array([r["samples"] for _, r in results], dtype=float)
+    losses = np.array([r["loss"] for _, r in results], dtype=float)
+    return float(np.dot(samples, losses) / samples.sum()) if samples.sum() > 0 else float("nan")
+
+
+def _decoded(delta: Any, compressor: Any) -> Any:
+    """A device's delta as the strategy averages it: decompressed when the devices compress."""
+    return delta if compressor is None else compressor.decode(delta)
 
 
 def _evaluate(
@@ -455,11 +544,15 @@ def _train_async(
         pulls_at.setdefault(int(row.pulled_version), []).append(int(row.update))
     inflight: dict[int, tuple[Any, list[np.ndarray], int]] = {}
 
+    compressor = cfg.compression
+
     def task_of(update: int) -> runtime.RoundTask:
         row = plan.iloc[update]
         i, step = int(row.device_index), int(row.step)
         epoch, first = divmod(step, steps[i])
-        return runtime.RoundTask(run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed)
+        return runtime.RoundTask(
+            run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed, compressor=compressor
+        )
 
     def pull(update: int, pulled: list[np.ndarray]) -> None:
         device = devices[int(plan.iloc[update].device_index)]
@@ -487,7 +580,9 @@ def _train_async(
     for update in range(len(plan)):
         delta, record = fleet.attempt("train", update, partial(collect, update))
         row = plan.iloc[update]
-        weights = strategy.apply(weights, DeviceUpdate(record["device"], delta, record["samples"]))
+        weights = strategy.apply(
+            weights, DeviceUpdate(record["device"], _decoded(delta, compressor), record["samples"])
+        )
         del inflight[update]
         monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
         seen += int(record["samples"])

@@ -13,11 +13,15 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from edgelab.devices import DeviceProfile
 from edgelab.errors import ConfigError, DeviceMemoryError
 from edgelab.model_costs import activation_floats_per_sample, input_floats_per_sample, layers, weight_count
 from edgelab.models import ModelSpec, check_model
 from edgelab.sync import STRATEGIES
+from edgelab.sync.deadline import LATE_POLICIES, build_deadline
+from edgelab.sync.local_sgd import PERIOD_RULES
 
 WORKER_DATA = ("shard", "full")
 PARTITIONS = ("iid", "label")
@@ -26,8 +30,18 @@ SYNC_EVERY = ("batch", "epoch")
 PHASES = ("load", "monitor_start", "broadcast", "train", "gather", "aggregate", "evaluate", "monitor_stop")
 
 
-# Settings added after results were first stored: left out of a run's key while unset.
+# Settings added after results were first stored: left out of a run's key while unset (or at their default).
 _OPTIONAL = ("eval_every", "eval_limit", "memory_budget_mb", "max_steps")
+_LEFT_OUT_AT = {
+    "sync_period": 1,
+    "sync_period_rule": "fixed",
+    "client_fraction": 1.0,
+    "compressor": "none",
+    "shared_fraction": 0.0,
+    "deadline": "none",
+    "late": "drop",
+    "slowdown": (),
+}
 
 
 @dataclass(frozen=True)
@@ -42,8 +56,34 @@ class TrainConfig:
         Devices that train (the parameter server is not one of them).
     epochs, batch_size
         Epochs over each device's data; batch size per device.
-    sync_every
-        ``"batch"`` or ``"epoch"``.
+    sync_every, sync_period
+        Synchronize every ``sync_period`` batches (``"batch"``: local SGD when
+        > 1) or epochs (``"epoch"``: federated averaging's local epochs E;
+        ``epochs`` must be a multiple of it).
+    sync_period_rule
+        ``"fixed"``, or ``"adaptive"``: under ``sync_every="batch"`` each
+        round's period follows the training loss from ``sync_period`` down
+        (AdaComm; ``edgelab.sync.local_sgd``).
+    client_fraction
+        Share of the devices that train in each round (federated averaging's
+        C), drawn afresh every round from the seed: ``max(1, floor(C * N))``
+        of them. 1.0: every device, every round.
+    shared_fraction
+        Share of the training set every device holds besides its shard (drawn
+        before the shards are cut; ``edgelab.data.shared_subset_split``): a
+        small shared set against label skew. 0: none.
+    deadline, late
+        How long a synchronous round waits on the device clock
+        (``edgelab.sync.deadline``): ``"none"``, ``"fixed:<seconds>"`` or
+        ``"adaptive:<k>"`` (median + k MADs of recent arrivals); a late update
+        is dropped (``late="drop"``) or applied in the next round (``"stale"``).
+    slowdown
+        Each device's compute time factor on the device clock (one per
+        device; empty: all 1): a straggler is a device slowed by, say, 4.
+    compressor
+        How each device compresses its update before sending it
+        (``edgelab.sync.compress``: e.g. ``"sign_ef"``, ``"qsgd:4"``,
+        ``"topk:0.01"``); ``"none"`` sends it whole.
     worker_data
         ``"shard"`` or ``"full"`` (see module docstring).
     partition
@@ -81,6 +121,14 @@ class TrainConfig:
     eval_limit: int | None = None
     memory_budget_mb: float | None = None
     max_steps: int | None = None
+    sync_period: int = 1
+    sync_period_rule: str = "fixed"
+    client_fraction: float = 1.0
+    compressor: str = "none"
+    shared_fraction: float = 0.0
+    deadline: str = "none"
+    late: str = "drop"
+    slowdown: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_model(self.model)
@@ -111,6 +159,38 @@ class TrainConfig:
             isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1
         ):
             raise ConfigError("max_steps", self.max_steps, "None or an integer >= 1 (batches per device per epoch)")
+        if isinstance(self.sync_period, bool) or not isinstance(self.sync_period, int) or self.sync_period < 1:
+            raise ConfigError("sync_period", self.sync_period, "an integer >= 1 (batches or epochs per round)")
+        if self.sync_every == "epoch" and self.epochs % self.sync_period:
+            raise ConfigError(
+                "sync_period", self.sync_period, f"a divisor of epochs={self.epochs} under sync_every='epoch'"
+            )
+        _choice("sync_period_rule", self.sync_period_rule, PERIOD_RULES)
+        if self.sync_period_rule == "adaptive" and self.sync_every != "batch":
+            raise ConfigError("sync_period_rule", self.sync_period_rule, "'fixed' under sync_every='epoch'")
+        if not (isinstance(self.client_fraction, int | float) and 0.0 < self.client_fraction <= 1.0):
+            raise ConfigError("client_fraction", self.client_fraction, "a share of the devices in (0, 1]")
+        if self.strategy == "ps_async" and (
+            self.sync_period != 1 or self.client_fraction != 1.0 or self.sync_period_rule != "fixed"
+        ):
+            raise ConfigError(
+                "strategy", self.strategy, "a synchronous strategy with sync_period > 1 or client_fraction < 1"
+            )
+        if not (isinstance(self.shared_fraction, int | float) and 0.0 <= self.shared_fraction < 1.0):
+            raise ConfigError("shared_fraction", self.shared_fraction, "a share of the training set in [0, 1)")
+        if self.shared_fraction and self.worker_data != "shard":
+            raise ConfigError("shared_fraction", self.shared_fraction, "0 under worker_data='full'")
+        build_deadline(self.deadline)
+        _choice("late", self.late, LATE_POLICIES)
+        object.__setattr__(self, "slowdown", tuple(self.slowdown))  # a list from a notebook's parameters
+        if self.slowdown and (
+            len(self.slowdown) != self.n_devices
+            or not all(isinstance(f, int | float) and not isinstance(f, bool) and f > 0 for f in self.slowdown)
+        ):
+            raise ConfigError("slowdown", self.slowdown, f"{self.n_devices} factors > 0, one per device, or ()")
+        if self.strategy == "ps_async" and self.deadline != "none":
+            raise ConfigError("deadline", self.deadline, "'none' under strategy='ps_async' (it never waits)")
+        self.compression  # noqa: B018 - validates the compressor's name and level now
         if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
             raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
         self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
@@ -120,10 +200,28 @@ class TrainConfig:
         """The model every device builds."""
         return ModelSpec(self.model, learning_rate=self.learning_rate, seed=self.seed, weight_decay=self.weight_decay)
 
+    @property
+    def compression(self) -> Any:
+        """The devices' compressor (``edgelab.sync.compress.Compressor``), None when updates go whole."""
+        if self.compressor == "none":
+            return None
+        from edgelab.sync.compress import build_compressor
+
+        return build_compressor(self.compressor)
+
+    @property
+    def epochs_per_round(self) -> int:
+        """Epochs one round spans: ``sync_period`` under ``sync_every="epoch"``, else 1."""
+        return self.sync_period if self.sync_every == "epoch" else 1
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (results are keyed by it; options left unset are left out, so older keys hold)."""
         d = asdict(self)
-        return {k: v for k, v in d.items() if not (k in _OPTIONAL and v is None)}
+        return {
+            k: v
+            for k, v in d.items()
+            if not (k in _OPTIONAL and v is None) and not (k in _LEFT_OUT_AT and v == _LEFT_OUT_AT[k])
+        }
 
 
 def _choice(parameter: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -135,8 +233,9 @@ def samples_per_device(cfg: TrainConfig, n_train: int) -> list[int]:
     """Training samples each device iterates per epoch."""
     if cfg.worker_data == "full":
         return [n_train] * cfg.n_devices
-    base, extra = divmod(n_train, cfg.n_devices)
-    return [base + (1 if i < extra else 0) for i in range(cfg.n_devices)]
+    shared = round(cfg.shared_fraction * n_train)
+    base, extra = divmod(n_train - shared, cfg.n_devices)
+    return [base + (1 if i < extra else 0) + shared for i in range(cfg.n_devices)]
 
 
 def estimate_memory_mb(
@@ -200,6 +299,21 @@ def steps_per_device(cfg: TrainConfig, n_train: int) -> list[int]:
 
 def phase_counts(cfg: TrainConfig, n_train: int) -> dict[str, int]:
     """How many times a run of ``cfg`` reaches each of its ``PHASES`` (kills are placed by it)."""
-    rounds = cfg.epochs * (max(steps_per_device(cfg, n_train)) if cfg.sync_every == "batch" else 1)
+    # An adaptive period may shrink to one batch: its rounds are counted as at most one per batch.
+    period = cfg.sync_period if cfg.sync_period_rule == "fixed" else 1
+    per_epoch = math.ceil(max(steps_per_device(cfg, n_train)) / period) if cfg.sync_every == "batch" else 1
+    rounds = cfg.epochs // cfg.epochs_per_round * per_epoch
     per_round = dict.fromkeys(("broadcast", "train", "gather", "aggregate"), rounds)
-    return {"load": 1, "monitor_start": 1, **per_round, "evaluate": cfg.epochs, "monitor_stop": 1}
+    evaluations = cfg.epochs // cfg.epochs_per_round
+    return {"load": 1, "monitor_start": 1, **per_round, "evaluate": evaluations, "monitor_stop": 1}
+
+
+def clients_of_round(cfg: TrainConfig, rnd: int, eligible: list[int]) -> list[int]:
+    """The devices (indices, ascending) that train in round ``rnd``: all, or a seeded draw of ``client_fraction``."""
+    if cfg.client_fraction >= 1.0:
+        return eligible
+    m = max(1, math.floor(cfg.client_fraction * cfg.n_devices + 1e-9))
+    if m >= len(eligible):
+        return eligible
+    chosen = np.random.default_rng([cfg.seed, rnd]).choice(len(eligible), size=m, replace=False)
+    return [eligible[k] for k in sorted(chosen)]

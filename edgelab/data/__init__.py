@@ -10,10 +10,10 @@ import os
 from typing import Any
 
 from edgelab.data.dataset import Dataset
-from edgelab.data.partition import partition, shard_sizes
+from edgelab.data.partition import partition, shard_sizes, shared_subset_split
 from edgelab.errors import ConfigError
 
-__all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes"]
+__all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes", "shared_subset_split"]
 
 DATASETS = ("mnist", "cifar10", "cifar100", "plantvillage_tomato")
 # Keyword options each loader accepts beyond the common ones of `load_dataset`.

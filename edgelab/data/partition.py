@@ -80,7 +80,7 @@ def partition(
     --------
     >>> [s.tolist() for s in partition(np.array([0, 0, 1, 1]), 2, scheme="label",
     ...                                 classes_per_device=1)]
-    [[2, 3], [0, 1]]
+    [[0, 1], [2, 3]]
     """
     labels = np.asarray(labels)
     if labels.ndim != 1:
@@ -121,3 +121,32 @@ def _check_devices(n_devices: int, n_samples: int) -> None:
         raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples}")
     if not 1 <= n_devices <= n_samples:
         raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples} (samples)")
+
+
+def shared_subset_split(
+    labels: np.ndarray, n_devices: int, shared_fraction: float, *, scheme: str = "iid", seed: int = 0
+) -> list[np.ndarray]:
+    """``partition`` of all samples but a seeded shared subset, which every device then holds as well.
+
+    Zhao et al. (2018) restore much of the accuracy federated averaging loses
+    on label-skewed shards by giving every client a small set drawn from all
+    classes. The subset (``round(shared_fraction * N)`` samples) is drawn
+    first and the rest is partitioned as ``scheme`` says, so a device holds
+    its shard and the subset, once each.
+
+    Examples
+    --------
+    >>> [len(s) for s in shared_subset_split(np.arange(10) % 2, 2, 0.2)]
+    [6, 6]
+    """
+    labels = np.asarray(labels)
+    if not (isinstance(shared_fraction, int | float) and 0.0 <= shared_fraction < 1.0):
+        raise ConfigError("shared_fraction", shared_fraction, "a share of the training set in [0, 1)")
+    n_shared = round(shared_fraction * len(labels))
+    if n_shared == 0:
+        return partition(labels, n_devices, scheme=scheme, seed=seed)
+    # A stream of its own: the shards of the rest are cut with the run's seed as before.
+    shared = np.sort(np.random.default_rng([seed, 1]).choice(len(labels), size=n_shared, replace=False))
+    rest = np.setdiff1d(np.arange(len(labels)), shared)
+    shards = partition(labels[rest], n_devices, scheme=scheme, seed=seed)
+    return [np.concatenate([rest[s], shared]).astype(np.int64) for s in shards]
