@@ -525,10 +525,11 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
     peak_measured = _reset_peak_rss()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     delta, loss = _train_steps(model, shard, weights, orders[0], task.steps, task.batch_size)
+    step = delta
     for order in orders[1:]:  # each local epoch from where the last ended; the delta is their sum
-        weights = [w + d for w, d in zip(weights, delta.arrays, strict=True)]
-        more, loss = _train_steps(model, shard, weights, order, task.steps, task.batch_size)
-        delta = Packed([d + m for d, m in zip(delta.arrays, more.arrays, strict=True)])
+        weights = [w + d for w, d in zip(weights, step.arrays, strict=True)]
+        step, loss = _train_steps(model, shard, weights, order, task.steps, task.batch_size)
+        delta = Packed([d + m for d, m in zip(delta.arrays, step.arrays, strict=True)])
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     peak = _peak_rss() if peak_measured else None
 

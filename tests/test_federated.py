@@ -63,13 +63,13 @@ def test_an_adaptive_period_follows_the_rounds_losses(cluster: DeviceCluster, da
 
 @pytest.mark.integration
 def test_a_round_of_local_epochs_trains_those_epochs_batches(cluster: DeviceCluster, dataset: Dataset) -> None:
-    per_epoch = TrainConfig(n_devices=1, batch_size=64, epochs=2, sync_every="epoch")
-    both = TrainConfig(n_devices=1, batch_size=64, epochs=2, sync_every="epoch", sync_period=2)
-    a, b = (train(cluster, dataset, cfg, **QUIET) for cfg in (per_epoch, both))
-    assert len(a.records) == 2 and len(b.records) == 1
-    assert b.records["samples"].tolist() == [2 * dataset.n_train]
-    assert _close(a.weights, b.weights) <= ROUNDING_ATOL
-    assert b.evaluations["epoch"].tolist() == [2]  # evaluated once, after the round's two epochs
+    per_epoch = TrainConfig(n_devices=1, batch_size=64, epochs=3, sync_every="epoch")
+    all_three = TrainConfig(n_devices=1, batch_size=64, epochs=3, sync_every="epoch", sync_period=3)
+    a, b = (train(cluster, dataset, cfg, **QUIET) for cfg in (per_epoch, all_three))
+    assert len(a.records) == 3 and len(b.records) == 1
+    assert b.records["samples"].tolist() == [3 * dataset.n_train]
+    assert _close(a.weights, b.weights) <= ROUNDING_ATOL  # each epoch starts where the last one ended
+    assert b.evaluations["epoch"].tolist() == [3]  # evaluated once, after the round's three epochs
 
 
 @pytest.mark.integration
