@@ -1,0 +1,211 @@
+"""The survey's Figure 3-4 from measured traffic: parameter server, peer-to-peer and AllReduce.
+
+Each panel is a traffic diagram drawn from the bytes-per-directed-link matrix
+the devices really sent in one iteration (edge width proportional to bytes,
+values annotated in KB): workers on a circle, the parameter server's shards
+inside it. The survey gives no values; qiao/fig3-4b carries the verdict of
+claim C11, qiao/fig3-4c that of C12, qiao/eq-comm-volume the formulas'.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab import verdict
+from edgelab.experiments import qiao_comm_architectures as exp
+from edgelab.figures.style import apply_style, data_source, markdown_table, save_figure, save_table
+from edgelab.report import ReportItem
+from edgelab.results import StoredRun
+
+CLOCK = (
+    "host: wall time of one iteration on this machine (every device a worker process on loopback TCP), median over "
+    "iterations; emulated: the devices' links from the bytes Dask serialized, steps in sequence, each step one "
+    "latency plus its busiest full-duplex port's bytes at the link rate (emulated_links_s: every directed link "
+    "its own rate)"
+)
+NAMES = {"ps": "parameter server", "p2p": "peer-to-peer", "ring": "ring AllReduce", "tree": "tree AllReduce"}
+TABLE_COLUMNS = ["workers", "pattern", "steps", "total_bytes", "max_link_bytes", "max_port_bytes",
+                 "sent_per_worker_mean", "wire_bytes", "host_s", "emulated_s", "emulated_links_s"]  # fmt: skip
+
+
+def _positions(n: int, servers: int) -> list[tuple[float, float]]:
+    """Workers on the unit circle (worker 0 at the top, clockwise), servers on a small inner one."""
+    spots = [(math.sin(2 * math.pi * i / n), math.cos(2 * math.pi * i / n)) for i in range(n)]
+    if servers == 1:
+        return [*spots, (0.0, 0.0)]
+    return spots + [(0.3 * math.sin(2 * math.pi * k / servers), 0.3 * math.cos(2 * math.pi * k / servers))
+                    for k in range(servers)]  # fmt: skip
+
+
+def draw_traffic(ax: Any, matrix: np.ndarray, workers: int, title: str, widest: float) -> None:
+    """One traffic diagram: an arrow per directed link that carried bytes, its width the bytes over ``widest``."""
+    from matplotlib.patches import FancyArrowPatch
+
+    servers = matrix.shape[0] - workers
+    spots = _positions(workers, servers)
+    for src, dst in zip(*np.nonzero(matrix), strict=True):
+        (x0, y0), (x1, y1) = spots[src], spots[dst]
+        width = 0.6 + 5.0 * matrix[src, dst] / widest
+        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle="arc3,rad=0.18", arrowstyle="-|>",
+                                     mutation_scale=9, linewidth=width, color="C0", alpha=0.55,
+                                     shrinkA=13, shrinkB=13))  # fmt: skip
+        # The label sits off the chord on the arrow's side, so the two directions of a link do not overlap.
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        nx, ny = y1 - y0, x0 - x1
+        ax.text(mx - 0.12 * nx, my - 0.12 * ny, f"{matrix[src, dst] / 1e3:.0f}", fontsize=6.5, ha="center",
+                va="center", color="C0")  # fmt: skip
+    for i, (x, y) in enumerate(spots):
+        server = i >= workers
+        ax.scatter([x], [y], s=420, color="C3" if server else "C2", zorder=3)
+        ax.text(x, y, f"S{i - workers}" if server else f"W{i}", ha="center", va="center", fontsize=8, zorder=4,
+                color="white", weight="bold")  # fmt: skip
+    ax.set(xlim=(-1.35, 1.35), ylim=(-1.35, 1.35), aspect="equal", title=title)
+    ax.axis("off")
+
+
+def draw_panels(
+    plan: exp.Plan, stored: list[StoredRun], n: int, patterns: list[str], gossip: pd.DataFrame | None = None
+) -> Any:
+    """Traffic diagrams of ``patterns`` side by side for ``n`` workers, on one width scale (then gossip's curve)."""
+    import matplotlib.pyplot as plt
+
+    apply_style()
+    matrices = {p: exp.link_matrix(plan, stored, n, p) for p in patterns}
+    widest = max(float(m.max()) for m in matrices.values())
+    panels = len(patterns) + (gossip is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 4.4), squeeze=False)
+    if gossip is not None:
+        _gossip_panel(axes[0][-1], gossip)
+    for ax, pattern in zip(axes[0], patterns, strict=False):
+        m = matrices[pattern]
+        title = f"{NAMES[pattern]}\ntotal {m.sum() / 1e6:.2f} MB, busiest link {m.max() / 1e3:.0f} KB"
+        draw_traffic(ax, m, n, title, widest)
+    fig.suptitle(f"bytes per directed link, one iteration, N = {n} workers (KB; width proportional to bytes)")
+    fig.tight_layout()
+    return fig
+
+
+def _gossip_panel(ax: Any, curve: pd.DataFrame) -> None:
+    """Gossip's relative distance to the mean per step, per N (log scale)."""
+    for column in curve.columns:
+        ax.semilogy(curve.index, curve[column].clip(lower=1e-9), "-o", markersize=3, label=column)
+    ax.set(xlabel="gossip step", ylabel="RMS distance to the mean / |mean|", title="gossip averaging (no exact mean)")
+    ax.legend(fontsize=8)
+
+
+def render(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """Write the five items' figures and tables; return their manifest entries."""
+    p = plan.params
+    table = exp.traffic(plan, stored)
+    first = stored[0].summary
+    vector_bytes = int(first["vector_bytes"])
+    ns = sorted(table["workers"].unique())
+    n_shown = 4 if 4 in ns else ns[-1]
+    shown = table[TABLE_COLUMNS].assign(host_s=table["host_s"].round(4), emulated_s=table["emulated_s"].round(4),
+                                        emulated_links_s=table["emulated_links_s"].round(4),
+                                        sent_per_worker_mean=table["sent_per_worker_mean"].round(1))  # fmt: skip
+    setup = (
+        f"Each of N workers ({plan.profile.name} devices, {plan.profile.link_mbps:g} Mbit/s, "
+        f"{plan.profile.latency_s * 1e3:g} ms latency) computes a real gradient of the LeNet-{p.model.upper()} "
+        f"({first['parameters']:,} float32 parameters, |g| = {vector_bytes:,} bytes) on {p.batch_size} MNIST samples "
+        f"({first['dataset']['source']}); the pattern then runs worker to worker over Dask's comms, "
+        f"{p.iterations} iteration(s) per pattern; PS with {p.servers} server device(s). Bytes are payload bytes "
+        "counted where each piece is sent (`wire_bytes`: Dask's serialized frames, header included)."
+    )
+    common = {"data_source": data_source(first["dataset"]), "clock": CLOCK, "notebook": notebook,
+              "parameters": parameters}  # fmt: skip
+    c11 = verdict.decide(exp.c11(table), fitted=[], predicted=[f"N={n}" for n in ns], noise="bytes are exact")
+    c12 = verdict.decide(exp.c12(table), fitted=[], predicted=[f"N={n}" for n in ns], noise="bytes are exact")
+    volume = exp.volume(plan, table, vector_bytes)
+    formulas = verdict.decide(exp.comm_volume(volume), fitted=[], predicted=[f"N={n}" for n in ns],
+                              noise="bytes are exact")  # fmt: skip
+    items = []
+
+    def page(item_id: str, heading: str, body: list[str], frame: pd.DataFrame, fig: Any) -> list[Any]:
+        png = save_figure(fig, item_id, root=root)
+        md = [f"# {item_id}: {heading}", "", setup, "", *body, "", markdown_table(frame)]
+        return [png, *save_table(frame, "\n".join(md) + "\n", item_id, root=root)]
+
+    def rows(pattern: str) -> pd.DataFrame:
+        return shown[shown["pattern"] == pattern]
+
+    files = page("qiao/fig3-4a", f"parameter server, N = {n_shown}",
+                 [f"Each worker pushes slice k of its gradient to server k and pulls the summed slice back: |g| each "
+                  f"way per worker, and the {p.servers} server(s) together carry 2N|g|."], rows("ps"),
+                 draw_panels(plan, stored, n_shown, ["ps"]))  # fmt: skip
+    ps_why = (f"the survey gives no values; the server port carries {_ratio(table, 'ps')} a worker's bytes "
+              "(see qiao/fig3-4b for C11, qiao/eq-comm-volume for the bytes)")  # fmt: skip
+    items.append(ReportItem("qiao/fig3-4a", [str(f) for f in files], paper_values_shown=False, status="not judged",
+                            why=ps_why, **common))  # fmt: skip
+
+    files = page("qiao/fig3-4b", f"peer-to-peer, N = {n_shown}",
+                 ["Every worker sends its whole gradient to every other and sums all N in worker order. Claim C11 "
+                  "(l.252): peer-to-peer removes the server bottleneck but raises worker-to-worker traffic.", "",
+                  c11.markdown()], rows("p2p"), draw_panels(plan, stored, n_shown, ["p2p"]))  # fmt: skip
+    items.append(ReportItem.from_verdict("qiao/fig3-4b", files, c11, paper_values_shown=False, **common))
+
+    gossip = exp.gossip_curve(plan, stored)
+    files = page("qiao/fig3-4c", f"AllReduce (ring and tree), N = {n_shown}",
+                 ["Ring: reduce-scatter then all-gather, N-1 steps each. Tree: a binomial tree, reduce up then "
+                  "broadcast down, 2 ceil(log2 N) steps. Claim C12 (l.254): AllReduce lowers traffic relative to PS "
+                  "and P2P.", "", c12.markdown(), "",
+                  f"Gossip over a {p.topology} graph does not give the mean in one step; its RMS distance to the "
+                  "mean relative to the mean's norm, per step (simulated on the same gradients; the devices' run "
+                  "matches the simulation bit for bit when `equals_simulation`):", "",
+                  markdown_table(gossip.reset_index().map(lambda v: f"{v:.3g}"))],
+                 pd.concat([rows("ring"), rows("tree"), rows("gossip")]),
+                 draw_panels(plan, stored, n_shown, ["ring", "tree"], gossip))  # fmt: skip
+    items.append(ReportItem.from_verdict("qiao/fig3-4c", files, c12, paper_values_shown=False, **common))
+
+    files = page("qiao/fig3-4", "parameter server, peer-to-peer and AllReduce from measured traffic",
+                 [f"The panels are judged apart: qiao/fig3-4b (C11) {c11.status}, qiao/fig3-4c (C12) {c12.status}. "
+                  "Every pattern's average, on every worker:", "",
+                  markdown_table(table[["workers", "pattern", "mean_error", "same_on_every_worker",
+                                        "equals_simulation"]].assign(mean_error=table["mean_error"].map(
+                                            lambda v: f"{v:.2g}")))],
+                 shown, draw_panels(plan, stored, n_shown, ["ps", "p2p", "ring", "tree"]))  # fmt: skip
+    why = f"composite of its panels, judged there: fig3-4b (C11) {c11.status}, fig3-4c (C12) {c12.status}"
+    items.append(ReportItem("qiao/fig3-4", [str(f) for f in files], paper_values_shown=False, status="not judged",
+                            why=why, **common))  # fmt: skip
+
+    files = page("qiao/eq-comm-volume", "bytes per iteration against the formulas",
+                 ["Derived (not in the survey): PS each worker sends and receives |g|, servers 2N|g|; P2P (N-1)|g| "
+                  "each way; ring 2(N-1)/N |g| per worker; tree 2 ceil(log2 N) steps, 2(N-1)|g| in all. Ratios are "
+                  "measured payload bytes over the formula (per-worker columns: the mean over workers). "
+                  "`busiest worker / formula`: the ring cuts |g| into N slices by `slice_bounds`, so when N does not "
+                  "divide the parameter count a worker may send a few bytes more than 2(N-1)/N |g|; the tree's root "
+                  "sends ceil(log2 N) |g|. Dask's serialization adds the overhead column on top of the payload.", "",
+                  formulas.markdown()], volume.round(6),
+                 draw_volume(volume))  # fmt: skip
+    items.append(ReportItem.from_verdict("qiao/eq-comm-volume", files, formulas, paper_values_shown=True, **common))
+    return items
+
+
+def _ratio(table: pd.DataFrame, pattern: str) -> str:
+    rows = table[table["pattern"] == pattern]
+    return ", ".join(f"{r.max_port_bytes / r.sent_per_worker_mean:.2g}x (N={r.workers})" for r in rows.itertuples())
+
+
+def draw_volume(volume: pd.DataFrame) -> Any:
+    """Measured / formula per pattern and N (1 is exact), and the serialization overhead."""
+    import matplotlib.pyplot as plt
+
+    apply_style()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, (pattern, rows) in enumerate(volume.groupby("pattern", sort=False)):
+        left.plot(rows["workers"], rows["total / formula"], "-o", color=f"C{i}", label=pattern)
+        right.plot(rows["workers"], 100 * rows["serialization overhead"], "-o", color=f"C{i}", label=pattern)
+    left.axhline(1.0, color="black", linestyle="--", linewidth=1, label="formula")
+    left.set(xlabel="workers N", ylabel="measured / formula total bytes", title="payload bytes",
+             ylim=(0.9, 1.1))  # fmt: skip
+    right.set(xlabel="workers N", ylabel="wire over payload (%)", title="Dask serialization overhead")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
