@@ -114,6 +114,10 @@ NOTEBOOK_IDS = {
     "qiao_placement": ["qiao/method-placement"],
     "qiao_pipeline_training": ["qiao/fig3-3", "qiao/fig3-3a", "qiao/fig3-3b", "qiao/eq-gpipe-bubble"],
     "qiao_tiles": ["qiao/fig3-6"],
+    "qiao_parallelism": ["qiao/fig3-1", "qiao/fig3-2"],
+    "qiao_fedavg": ["qiao/method-fedavg"],
+    "qiao_grad_compression": ["qiao/method-grad-quant", "qiao/method-grad-sparsify"],
+    "qiao_comm_architectures": ["qiao/fig3-4", "qiao/fig3-4a", "qiao/fig3-4b", "qiao/fig3-4c", "qiao/eq-comm-volume"],
     "qiao_compression": ["qiao/method-compression"],
     "qiao_conv_costs": [
         "qiao/fig3-5",

@@ -72,7 +72,8 @@ def test_a_notebook_whose_data_no_source_supplies_is_skipped_saying_why(
 
 
 def test_only_picks_the_notebooks_rendering_the_named_documents_and_ids() -> None:
-    notebooks = sorted(cli.NOTEBOOKS_DIR.glob("*.ipynb"))
+    # a checkout without the notebook of qiao/fig3-4: its id is named as rendered by none
+    notebooks = sorted(nb for nb in cli.NOTEBOOKS_DIR.glob("*.ipynb") if "qiao/fig3-4" not in cli.NOTEBOOK_IDS[nb.stem])
 
     # Execute
     chosen, unrendered = cli.notebooks_for(["park2020/fig3a", "jeon", "qiao/fig3-3", "qiao/fig3-4"], notebooks)
