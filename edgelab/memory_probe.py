@@ -14,19 +14,28 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def measure(model: str, batch_size: int) -> dict[str, float]:
-    """Peak RSS of a training step of ``model`` at ``batch_size`` above the framework's baseline, in MB."""
+    """Peak RSS of a training step of ``model`` at ``batch_size`` above the framework's baseline, in MB.
+
+    ``model``: a built-in model's name, or the path of a user's model's payload (``UserModelPayload.save``).
+    """
     import numpy as np
     import psutil
     import tensorflow  # noqa: F401 - the framework's own footprint is the baseline
 
     from edgelab.models import ModelSpec, build_model
     from edgelab.runtime import _peak_rss, _reset_peak_rss
+    from edgelab.user_model import UserModel, UserModelPayload
 
     baseline = psutil.Process().memory_info().rss
-    net = build_model(ModelSpec(model))
+    if model.endswith(".npz"):
+        payload = UserModelPayload.load(Path(model))
+        net = build_model(ModelSpec(UserModel("probe", payload.digest, ())), payload)
+    else:
+        net = build_model(ModelSpec(model))
     x = np.zeros((batch_size, *net.input_shape[1:]), np.float32)
     y = np.zeros((batch_size,), np.int64)
     net.train_on_batch(x, y)  # traces the step: a one-off cost, not the step's

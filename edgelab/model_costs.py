@@ -67,7 +67,12 @@ def is_resnet(name: str) -> bool:
 
 
 def layers(name: str) -> list[Layer]:
-    """The layers of a built-in model, in order (see ``edgelab.models`` for the architectures)."""
+    """The layers of a built-in model, in order (see ``edgelab.models`` for the architectures).
+
+    A user's model (``edgelab.user_model.UserModel``) brings its own, counted from its Keras layers.
+    """
+    if not isinstance(name, str):
+        return list(name.cost_layers)
     if name == "mlp":
         return _dense_stack((784,), (128, 64, 10))
     if name == "cnn":
@@ -158,10 +163,11 @@ def training_flops_per_sample(name: str) -> int:
 
 def activation_floats_per_sample(name: str) -> int:
     """Floats of forward activations one sample keeps for the backward pass (input and every layer output)."""
-    inputs = {"mlp": 784, "cnn": 784}.get(name, 32 * 32 * 3)
-    return inputs + sum(r.output_size for r in layers(name) if not r.fused)
+    return input_floats_per_sample(name) + sum(r.output_size for r in layers(name) if not r.fused)
 
 
 def input_floats_per_sample(name: str) -> int:
     """Floats of one input image as the model takes it."""
+    if not isinstance(name, str):
+        return math.prod(name.input_shape)
     return 28 * 28 if name in ("mlp", "cnn") else 32 * 32 * 3

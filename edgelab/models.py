@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from edgelab.errors import ConfigError
 from edgelab.model_costs import activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
 from edgelab.seeding import seeded
+from edgelab.user_model import UserModel, UserModelPayload, prepared_shape
 
 if TYPE_CHECKING:
     import keras
@@ -54,14 +55,21 @@ __all__ = [
 ]
 
 
-def check_model(name: str) -> str:
-    """Return ``name`` if it names a built-in model, else raise ``ConfigError`` naming what is allowed."""
+def check_model(name: str | UserModel) -> str | UserModel:
+    """Return ``name`` if it names a built-in model or is a user's (``edgelab.user_model``), else ``ConfigError``."""
+    if isinstance(name, UserModel):
+        return name
     if name in MODELS:
         return name
     if isinstance(name, str) and is_resnet(name):
         resnet_blocks(name)
         return name
-    raise ConfigError("model", name, "mlp, cnn or resnet<depth> with depth = 6n+2 >= 8 (e.g. resnet32, resnet110)")
+    raise ConfigError(
+        "model",
+        name,
+        "mlp, cnn or resnet<depth> with depth = 6n+2 >= 8 (e.g. resnet32, resnet110), "
+        "a Keras model or a function that builds one",
+    )
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class ModelSpec:
     Parameters
     ----------
     name
-        ``"mlp"``, ``"cnn"`` or ``"resnet<6n+2>"``.
+        ``"mlp"``, ``"cnn"`` or ``"resnet<6n+2>"``, or a user's model (``edgelab.user_model.UserModel``).
     learning_rate
         Step size of the local SGD optimizer on each device.
     weight_decay
@@ -81,7 +89,7 @@ class ModelSpec:
         Seed of the initial weights; every device and the parameter server share it.
     """
 
-    name: str
+    name: str | UserModel
     learning_rate: float = 0.05
     seed: int = 0
     weight_decay: float = 0.0
@@ -94,24 +102,30 @@ class ModelSpec:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
 
 
-def build_model(spec: ModelSpec) -> keras.Model:
-    """Build and compile the Keras model a spec names.
+def build_model(spec: ModelSpec, payload: UserModelPayload | None = None) -> keras.Model:
+    """Build and compile the Keras model a spec names (a user's from its ``payload``).
 
     The model is compiled with plain SGD (no momentum) and sparse categorical
-    cross-entropy, so that averaging one step's weight deltas across devices is
-    exactly synchronous SGD on the combined batch.
+    cross-entropy (a user's model: its own loss), so that averaging one step's
+    weight deltas across devices is exactly synchronous SGD on the combined batch.
     """
     import keras
 
-    with seeded(spec.seed):
-        model = _network(keras, spec.name)
+    loss: Any = "sparse_categorical_crossentropy"
+    if isinstance(spec.name, UserModel):
+        if payload is None or payload.digest != spec.name.digest:
+            raise RuntimeError(f"model {spec.name.key} was not handed to this device (runtime.load_shard does)")
+        model, loss = payload.build(), payload.keras_loss()
+    else:
+        with seeded(spec.seed):
+            model = _network(keras, spec.name)
     # For plain SGD Keras' decoupled decay equals MXNet's coupled wd, which
     # MXNet applies to weights only, never to biases.
     optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, weight_decay=spec.weight_decay or None)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     model.compile(
         optimizer=optimizer,
-        loss="sparse_categorical_crossentropy",
+        loss=loss,
         metrics=["accuracy"],
     )
     return model
@@ -143,11 +157,13 @@ def _network(keras: Any, name: str) -> keras.Model:
     return keras.Sequential(layers, name=f"lenet_{name}")
 
 
-def prepare_images(name: str, images_uint8: object) -> object:
+def prepare_images(name: str | UserModel, images_uint8: object) -> object:
     """Scale uint8 images to float32 in [0, 1] with the input shape the model expects."""
     import numpy as np
 
     x = np.asarray(images_uint8, dtype=np.float32) / 255.0
+    if isinstance(name, UserModel):
+        return x.reshape((len(x), *prepared_shape(name, x.shape[1:])))
     return x[..., None] if name == "cnn" else x
 
 

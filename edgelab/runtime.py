@@ -23,6 +23,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from distributed.protocol import to_serialize
 
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
+from edgelab.user_model import UserModel, UserModelPayload
 from edgelab.wire import Bundle, Layout, Packed, pack
 
 PLUGIN_NAME = "edgelab-device"
@@ -180,6 +182,8 @@ class DeviceRuntime(WorkerPlugin):
     peers: dict[str, Any] = field(default_factory=dict)
     # What a compressor with error feedback has not sent yet, by run id (edgelab.sync.compress).
     residuals: dict[str, Any] = field(default_factory=dict)
+    # Users' models handed over with the data (load_shard), by digest: rounds name them only.
+    user_models: dict[str, UserModelPayload] = field(default_factory=dict)
     # How long each kind of direct call last took here: a short one runs on the event loop (run()).
     _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
 
@@ -206,6 +210,7 @@ class DeviceRuntime(WorkerPlugin):
         self.residuals.clear()
         self.models.clear()
         self.initial.clear()
+        self.user_models.clear()
 
     async def _direct(self, fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
         """Run ``DIRECT_FUNCTIONS[fn](*args)`` on the worker's thread, for a direct call from the client.
@@ -268,11 +273,12 @@ class DeviceRuntime(WorkerPlugin):
             # steps (ResNet-32, -80 and -110 took a worker past its 2 GiB limit, and ten workers at once).
             self.models.clear()
             self.initial.clear()
-            model = build_model(spec)
+            user = spec.name.digest if isinstance(spec.name, UserModel) else None
+            model = build_model(spec, self.user_models.get(user) if user else None)
             # Trace the train step now, so no round pays for tracing in its CPU time.
             initial = model.get_weights()
             shape = (1, *model.input_shape[1:])
-            model.train_on_batch(np.zeros(shape, np.float32), np.zeros((1,), np.int64))
+            model.train_on_batch(np.zeros(shape, np.float32), np.zeros((1, *model.output_shape[1:-1]), np.int64))
             model.set_weights(initial)
             self.models[spec] = model
             self.initial[spec] = initial
@@ -304,15 +310,24 @@ def _runtime(worker: Any = None) -> DeviceRuntime:
 
 
 def load_shard(
-    run_id: str, spec: ModelSpec, x: np.ndarray, y: np.ndarray, batch_size: int, steps: int
+    run_id: str,
+    spec: ModelSpec,
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    steps: int,
+    user_model: UserModelPayload | None = None,
 ) -> dict[str, Any]:
     """Keep a shard of the training data on this device (sent by the master) and warm its model.
 
     The model is traced on real batches of the run's size now, the way its
     rounds will run them (``steps`` batches per round), so that no round's
-    measured CPU time holds tracing.
+    measured CPU time holds tracing. A user's model (``edgelab.user_model``)
+    comes with its first shard: its architecture and initial weights.
     """
     rt = _runtime()
+    if user_model is not None:
+        rt.user_models = {user_model.digest: user_model}  # one at a time, as the models themselves
     rt.bytes_received += int(x.nbytes + y.nbytes)
     images = np.asarray(x)
     shard = _Shard(
@@ -615,17 +630,26 @@ train_round.cost_key = lambda task, _weights: (task.spec, task.steps, task.batch
 DIRECT_FUNCTIONS: dict[str, Callable[..., Any]] = {"train_round": train_round}
 
 
-def probe_memory(model: str, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:
-    """What a training step of ``model`` needs on this device, measured in a fresh process (``memory_probe``)."""
+def probe_memory(model: str | UserModelPayload, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:
+    """What a training step of ``model`` needs on this device, measured in a fresh process (``memory_probe``).
+
+    ``model``: a built-in model's name, or a user's model's payload (handed to the process as a file).
+    """
     import json
     import subprocess
     import sys
+    import tempfile
 
-    out = subprocess.run(
-        [sys.executable, "-m", "edgelab.memory_probe", model, str(batch_size)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=True,
-    )
+    with tempfile.TemporaryDirectory(prefix="edgelab-probe-") as tmp:
+        arg = model
+        if isinstance(model, UserModelPayload):
+            arg = str(Path(tmp) / "model.npz")
+            model.save(Path(arg))
+        out = subprocess.run(
+            [sys.executable, "-m", "edgelab.memory_probe", arg, str(batch_size)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

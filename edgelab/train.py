@@ -63,6 +63,7 @@ from edgelab.train_config import (
     samples_per_device,
     steps_per_device,
 )
+from edgelab.user_model import UserModel, check_data
 from edgelab.wire import Flat, Packed, pack
 
 __all__ = [
@@ -187,6 +188,10 @@ def train(
     if cfg.n_devices > len(cluster.devices):
         raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
     schedule = kill_schedule(kills, cfg, dataset.n_train)
+    handed_over = None
+    if isinstance(cfg.model, UserModel):
+        check_data(cfg.model, dataset.x_train.shape[1:], int(max(dataset.y_train.max(), dataset.y_test.max())) + 1)
+        handed_over = cfg.model.payload
     devices = cluster.devices[: cfg.n_devices]
     spec = cfg.spec
     t_start = time.perf_counter()
@@ -211,7 +216,9 @@ def train(
             x_f = fleet.send(device, dataset.x_train[indices[i]])
             y_f = fleet.send(device, dataset.y_train[indices[i]])
             per_round = cfg.sync_period if cfg.sync_every == "batch" else steps[i]
-            loads[device] = fleet.submit(device, runtime.load_shard, run_id, spec, x_f, y_f, cfg.batch_size, per_round)
+            loads[device] = fleet.submit(
+                device, runtime.load_shard, run_id, spec, x_f, y_f, cfg.batch_size, per_round, handed_over
+            )
         fleet.point("load")
         fleet.wait(loads)
         for device, loaded in fleet.gather(loads).items():
@@ -616,15 +623,16 @@ def _shard_sizes(cfg: TrainConfig, dataset: Dataset) -> list[int]:
 
 
 # Measured needs per (scheduler, profile, model, batch): the same step needs the same memory on every run.
-_PROBED: dict[tuple[str, str, str, int], dict[str, float]] = {}
+_PROBED: dict[tuple[str, str, Any, int], dict[str, float]] = {}
 
 
 def probe_memory(cluster: DeviceCluster, device: str, cfg: TrainConfig) -> dict[str, float]:
     """What one training step of ``cfg`` needs on ``device``, measured in a fresh process there (MB)."""
     key = (str(cluster.client.scheduler.address), cluster.profile.name, cfg.model, cfg.batch_size)
     if key not in _PROBED:
+        model = cfg.model.payload if isinstance(cfg.model, UserModel) else cfg.model
         future = cluster.client.submit(
-            runtime.probe_memory, cfg.model, cfg.batch_size, resources={device_resource(device): 1}, pure=False
+            runtime.probe_memory, model, cfg.batch_size, resources={device_resource(device): 1}, pure=False
         )
         _PROBED[key] = dict(future.result())
     return dict(_PROBED[key])

@@ -10,7 +10,7 @@ placed by them).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from edgelab.models import ModelSpec, check_model
 from edgelab.sync import STRATEGIES
 from edgelab.sync.deadline import LATE_POLICIES, build_deadline
 from edgelab.sync.local_sgd import PERIOD_RULES
+from edgelab.user_model import UserModel, user_model
 
 WORKER_DATA = ("shard", "full")
 PARTITIONS = ("iid", "label")
@@ -51,7 +52,10 @@ class TrainConfig:
     Parameters
     ----------
     model
-        ``"mlp"`` or ``"cnn"`` (``edgelab.models``).
+        A built-in model's name (``"mlp"``, ``"cnn"``, ``"resnet<6n+2>"``: ``edgelab.models``), or
+        the user's own: a Keras model (training starts from its weights) or a function of no
+        arguments that builds one (built once, under ``seed``). It becomes a
+        ``edgelab.user_model.UserModel``, named in results by ``UserModel.key``.
     n_devices
         Devices that train (the parameter server is not one of them).
     epochs, batch_size
@@ -105,7 +109,7 @@ class TrainConfig:
         device ran out of memory). None: no limit.
     """
 
-    model: str = "mlp"
+    model: str | UserModel | Any = "mlp"
     n_devices: int = 1
     epochs: int = 1
     batch_size: int = 64
@@ -131,6 +135,8 @@ class TrainConfig:
     slowdown: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.model, str | UserModel):
+            object.__setattr__(self, "model", user_model(self.model, seed=self.seed))
         check_model(self.model)
         _choice("sync_every", self.sync_every, SYNC_EVERY)
         _choice("worker_data", self.worker_data, WORKER_DATA)
@@ -216,7 +222,8 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (results are keyed by it; options left unset are left out, so older keys hold)."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["model"] = str(self.model)  # a user's model by its key (name@digest)
         return {
             k: v
             for k, v in d.items()

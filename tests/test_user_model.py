@@ -1,0 +1,162 @@
+"""A user's own Keras model (or a function that builds one) trains through ``edgelab.train`` like a built-in.
+
+The sharpest check: the built-in LeNet-MLP's own architecture, handed over as a
+user's builder, trains to the very same weights, bit for bit, under every
+synchronization path (parameter server, all-reduce, asynchronous, local SGD,
+a client fraction, a compressor). Then a model unlike any built-in (logits
+out, its own compiled loss, a channel axis) learns; a handed-over model's
+weights are where training starts; its costs match the built-in counts; and
+bad models are refused before any cluster work.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from edgelab.cluster import DeviceCluster
+from edgelab.data import Dataset
+from edgelab.errors import ConfigError
+from edgelab.model_costs import activation_floats_per_sample, training_flops_per_sample, weight_count
+from edgelab.train import TrainConfig, train
+from edgelab.user_model import UserModel, user_model
+
+keras = pytest.importorskip("keras")
+
+QUIET = {"log": lambda _: None}
+
+
+def builtin(name: str):  # noqa: ANN201 - returns a builder of the built-in network, as a user would write one
+    from edgelab.models import _network
+
+    return lambda: _network(keras, name)
+
+
+def small_convnet() -> keras.Model:
+    """Not a built-in: a channel axis, logits out, and its own compiled loss."""
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(4, 3, strides=2, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ],
+        name="tiny",
+    )
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "resnet32"])
+def test_costs_counted_from_the_keras_layers_equal_the_built_in_counts(name: str) -> None:
+    user = user_model(builtin(name), seed=0)
+    assert weight_count(user) == weight_count(name)
+    assert training_flops_per_sample(user) == training_flops_per_sample(name)
+    if name != "resnet32":  # the built-in ResNet keeps its softmax as a tensor of its own; Keras fuses it
+        assert activation_floats_per_sample(user) == activation_floats_per_sample(name)
+
+
+def test_a_builder_is_named_by_its_digest_and_travels_as_a_reference() -> None:
+    a, b = user_model(builtin("mlp"), seed=0), user_model(builtin("mlp"), seed=0)
+    other = user_model(builtin("mlp"), seed=1)
+    assert a == b and a.key == b.key and a.key.startswith("lenet_mlp@")
+    assert a != other  # another seed, other initial weights
+    wire = pickle.dumps(a)
+    assert len(wire) < 1_000 < 4 * weight_count("mlp")  # rounds carry the name, not the weights
+    back = pickle.loads(wire)
+    assert back == a and back.payload is None
+    cfg = TrainConfig(model=builtin("mlp"))
+    assert cfg.to_dict()["model"] == a.key
+    assert TrainConfig(model=cfg.model) == cfg
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        42,
+        "not-a-model",
+        lambda width: keras.Sequential([keras.Input((4,)), keras.layers.Dense(width)]),  # takes an argument
+        keras.Sequential([keras.layers.Dense(10)]),  # never built: no input size
+    ],
+)
+def test_what_is_not_a_model_is_refused_naming_the_parameter(bad: object) -> None:
+    with pytest.raises(ConfigError, match="model"):
+        TrainConfig(model=bad)
+
+
+def test_a_model_of_two_outputs_is_refused() -> None:
+    x = keras.Input((28, 28))
+    flat = keras.layers.Flatten()(x)
+    two = keras.Model(x, [keras.layers.Dense(10)(flat), keras.layers.Dense(2)(flat)])
+    with pytest.raises(ConfigError, match="one input and one output"):
+        TrainConfig(model=two)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("settings", "transport"),
+    [
+        ({}, "direct"),
+        ({}, "scheduler"),
+        ({}, "allreduce"),
+        ({"strategy": "ps_async"}, "direct"),
+        ({"sync_period": 2}, "direct"),
+        ({"client_fraction": 0.5}, "direct"),
+        ({"compressor": "topk:0.1"}, "direct"),
+        ({"sync_every": "epoch", "epochs": 2, "sync_period": 2}, "direct"),
+    ],
+)
+def test_the_built_in_architecture_as_a_users_builder_trains_to_the_same_weights(
+    cluster: DeviceCluster, dataset: Dataset, settings: dict, transport: str
+) -> None:
+    base = {"n_devices": 2, "batch_size": 32, "seed": 5, **settings}
+    named = train(cluster, dataset, TrainConfig(model="mlp", **base), transport=transport, **QUIET)
+    users = train(cluster, dataset, TrainConfig(model=builtin("mlp"), **base), transport=transport, **QUIET)
+    assert isinstance(users.config.model, UserModel)
+    assert users.weights_sha256 == named.weights_sha256
+    assert users.evaluations["accuracy"].tolist() == named.evaluations["accuracy"].tolist()
+    assert users.records["bytes_sent"].sum() == named.records["bytes_sent"].sum()
+
+
+@pytest.mark.integration
+def test_a_model_unlike_the_built_ins_learns_with_its_own_loss(cluster: DeviceCluster, dataset: Dataset) -> None:
+    cfg = TrainConfig(model=small_convnet, n_devices=2, batch_size=16, epochs=3, learning_rate=0.1)
+    run = train(cluster, dataset, cfg, **QUIET)
+    assert run.config.model.input_shape == (28, 28, 1)  # MNIST's (28, 28) digits get their channel axis
+    losses = run.evaluations["loss"].tolist()
+    assert losses[-1] < losses[0] and run.evaluations["accuracy"].iloc[-1] > 0.4  # chance: 0.1
+    # With from_logits the loss is finite and small; a softmax loss on logits would not learn like this.
+    assert np.isfinite(losses).all()
+
+
+@pytest.mark.integration
+def test_training_starts_from_the_handed_over_weights(cluster: DeviceCluster, dataset: Dataset) -> None:
+    first = train(cluster, dataset, TrainConfig(model="mlp", n_devices=2, batch_size=32), **QUIET)
+    pretrained = builtin("mlp")()
+    pretrained.set_weights(first.weights)
+    # A step too small to move a float32 weight: the run ends where the handed-over weights began.
+    still = TrainConfig(model=pretrained, n_devices=2, batch_size=32, learning_rate=1e-30)
+    run = train(cluster, dataset, still, **QUIET)
+    assert run.weights_sha256 == first.weights_sha256
+    assert run.evaluations["accuracy"].iloc[-1] == first.evaluations["accuracy"].iloc[-1]
+
+
+@pytest.mark.integration
+def test_a_users_model_is_measured_under_a_memory_budget(cluster: DeviceCluster, dataset: Dataset) -> None:
+    cfg = TrainConfig(model=small_convnet, n_devices=1, batch_size=32, memory_budget_mb=4096, max_steps=1)
+    run = train(cluster, dataset, cfg, **QUIET)
+    assert 0 < run.memory["need_mb"] < 4096
+
+
+@pytest.mark.integration
+def test_a_model_that_does_not_fit_the_data_is_refused_before_cluster_work(
+    cluster: DeviceCluster, dataset: Dataset
+) -> None:
+    rgb = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    with pytest.raises(ConfigError, match=r"image shape \(28, 28\)"):
+        train(cluster, dataset, TrainConfig(model=rgb), **QUIET)
+    five = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(5)])
+    with pytest.raises(ConfigError, match="labels run 0..9"):
+        train(cluster, dataset, TrainConfig(model=five), **QUIET)
