@@ -12,6 +12,10 @@ the step sends it, and applies them in the schedule's order, exactly as
 ``collectives.simulate`` does. Every send is counted where it is made: its
 payload bytes (the array's) and its wire bytes (Dask's serialized frames,
 ``serialize_bytelist``: header plus payload).
+
+``CollectiveRun.exchange_compressed`` runs the peer-to-peer pattern again with
+each worker's gradient compressed before it is sent (``edgelab.compressed_p2p``):
+the ``Encoded`` crosses the same handler, and its bytes are counted the same way.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import pandas as pd
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import serialize_bytelist, to_serialize
 
+from edgelab import compressed_p2p
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.collectives import Schedule, apply_piece
 from edgelab.models import ModelSpec
+from edgelab.sync.compress import build_compressor
 
 PLUGIN_NAME = "edgelab-collectives"
 #: The worker handler a peer's piece of a schedule reaches.
@@ -100,7 +106,8 @@ def gradient(run_id: str, spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> dict
     flat = np.concatenate([g.numpy().ravel() for g in grads])  # (parameters,) float32
     cpu_s = time.process_time() - start
     plugin.runs.setdefault(run_id, _Run()).gradient = flat
-    return {"gradient": flat, "loss": float(loss), "cpu_s": cpu_s}
+    sizes = [int(np.size(g)) for g in grads]  # the layers, for compressors that work per layer
+    return {"gradient": flat, "loss": float(loss), "cpu_s": cpu_s, "sizes": sizes}
 
 
 async def _execute(
@@ -133,6 +140,33 @@ async def _execute(
                 payload = outgoing[k] if s.src == me else run.inbox.pop((execution, t, k))
                 apply_piece(run.buffers, s.what, payload, schedule.length)
     return records
+
+
+async def _exchange_compressed(
+    run_id: str, execution: str, spec: str, sizes: list[int], seed: int, addresses: list[str], dask_worker: Any = None
+) -> dict[str, Any]:
+    """Peer-to-peer with this worker's gradient compressed: a record per send, and the codec's CPU seconds."""
+    plugin = _plugin(dask_worker)
+    me, n = addresses.index(dask_worker.address), len(addresses)
+    run = plugin.runs.setdefault(run_id, _Run())
+    compressor = build_compressor(spec)
+    start = time.process_time()
+    encoded = compressed_p2p.encode(compressor, run.gradient, sizes, seed=seed, worker=me)  # type: ignore[arg-type]
+    encode_s = time.process_time() - start
+    wire = compressed_p2p.wire_bytes(encoded)
+    records, sends = [], []
+    for dst in range(n):
+        if dst == me:
+            continue
+        records.append({"step": 0, "src": me, "dst": dst, "payload_bytes": encoded.payload_bytes, "wire_bytes": wire})
+        rpc = dask_worker.rpc(addresses[dst])
+        sends.append(getattr(rpc, COLLECTIVE_OP)(run_id=run_id, key=(execution, 0, me), data=to_serialize(encoded)))
+    await asyncio.gather(*sends)
+    await _wait(run, [(execution, 0, src) for src in range(n) if src != me], f"device {me}, p2p with {spec}")
+    start = time.process_time()
+    received = [encoded if src == me else run.inbox.pop((execution, 0, src)) for src in range(n)]
+    run.buffers = {"sum": compressed_p2p.sum_in_order([compressed_p2p.decode(compressor, e) for e in received])}
+    return {"sends": records, "encode_cpu_s": encode_s, "decode_cpu_s": time.process_time() - start}
 
 
 async def _wait(run: _Run, keys: list[tuple[str, int, int]], where: str) -> None:
@@ -172,6 +206,7 @@ class Execution:
     sends: pd.DataFrame  # a row per piece sent: step, src, dst, payload_bytes, wire_bytes
     host_s: float
     results: list[np.ndarray]  # each worker's result buffer
+    codec: pd.DataFrame | None = None  # compressed exchanges: a row per worker, encode_cpu_s and decode_cpu_s
 
     def step_bytes(self, devices: int, column: str = "payload_bytes") -> list[np.ndarray]:
         """Measured bytes per directed link, one (devices, devices) matrix per step."""
@@ -216,6 +251,22 @@ class CollectiveRun:
         sends = pd.DataFrame([r for a in addresses for r in sent[a]],
                              columns=["step", "src", "dst", "payload_bytes", "wire_bytes"])  # fmt: skip
         return Execution(sends, host_s, [results[a] for a in addresses[: schedule.workers]])
+
+    def exchange_compressed(self, spec: str, sizes: list[int], seed: int) -> Execution:
+        """Peer-to-peer among the workers once, each gradient sent compressed by ``spec``; results are the sums."""
+        addresses = [self.addresses[d] for d in self.workers]
+        client = self.cluster.client
+        execution = uuid.uuid4().hex[:8]
+        start = time.perf_counter()
+        out = client.run(_exchange_compressed, self.run_id, execution, spec, list(sizes), seed, addresses,
+                         workers=addresses)  # fmt: skip
+        host_s = time.perf_counter() - start
+        results = client.run(_result, self.run_id, "sum", workers=addresses)
+        sends = pd.DataFrame([r for a in addresses for r in out[a]["sends"]],
+                             columns=["step", "src", "dst", "payload_bytes", "wire_bytes"])  # fmt: skip
+        codec = pd.DataFrame([{"worker": i, "encode_cpu_s": out[a]["encode_cpu_s"],
+                               "decode_cpu_s": out[a]["decode_cpu_s"]} for i, a in enumerate(addresses)])  # fmt: skip
+        return Execution(sends, host_s, [results[a] for a in addresses], codec)
 
     def close(self) -> None:
         """Drop the run's state on every device."""

@@ -12,6 +12,11 @@ device profile's links is composed from the measured bytes
 (``collectives.emulated_seconds``). Every worker's average is checked against
 the numpy mean of the gradients and against the numpy simulation of the same
 schedule.
+
+For qiao/fig3-4b the peer-to-peer pattern runs again with every gradient
+compressed before it is sent (``qiao_comm_compressed``: one run per worker
+count and compressor, stored under keys of their own, so dense runs stored
+before stay valid).
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ import pandas as pd
 from edgelab import collectives, verdict
 from edgelab.cluster import DeviceCluster
 from edgelab.collectives_worker import CollectiveRun
+from edgelab.compressed_p2p import DEFAULT_COMPRESSORS, check_compressors
 from edgelab.data import Dataset, load_dataset
 from edgelab.devices import DeviceProfile, get_profile
 from edgelab.errors import ConfigError
-from edgelab.experiments import harness
+from edgelab.experiments import harness, qiao_comm_compressed
 from edgelab.experiments.harness import Outcome
+from edgelab.experiments.qiao_comm_compressed import CompressedRun
 from edgelab.models import MODELS, ModelSpec
 from edgelab.results import StoredRun
 
@@ -64,6 +71,7 @@ class CommParams:
     topology: str = "ring"
     degree: int = 2
     device: str = "pi3b"
+    compressors: tuple[str, ...] = DEFAULT_COMPRESSORS  # fig3-4b's rerun of P2P, one per compressor (none: skip)
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -84,33 +92,36 @@ class CommParams:
             raise ConfigError("device", self.device, f"one of {', '.join(DEVICES)}")
         for n in counts:  # a disconnected gossip graph is refused here, before any cluster work
             collectives.neighbours(self.topology, n, degree=self.degree, seed=self.seed)
+        object.__setattr__(self, "compressors", check_compressors(self.compressors))
 
 
 @dataclass
 class Plan(harness.Plan):
-    """Validated work: the MNIST shards and one run per worker count."""
+    """Validated work: the MNIST shards, one run per worker count, then one per worker count and compressor."""
 
     params: CommParams
     dataset: Dataset
     profile: DeviceProfile
-    runs: list[int]
+    runs: list[int | CompressedRun]
 
-    def run_params(self, run: int) -> dict[str, Any]:
+    def run_params(self, run: int | CompressedRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         p, d = self.params, self.dataset
-        return {
+        key = {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
-            "workers": run,
+            "workers": run.workers if isinstance(run, CompressedRun) else run,
             **{k: getattr(p, k) for k in ("servers", "model", "batch_size", "iterations", "gossip_steps")},
             **{k: getattr(p, k) for k in ("topology", "degree", "device", "seed")},
             "dataset": {"name": d.name, "source": d.source, "n_train": d.n_train},
             "cluster": p.scheduler_address or "emulated",
         }
+        return qiao_comm_compressed.run_params(run, key) if isinstance(run, CompressedRun) else key
 
-    def devices_needed(self, runs: list[int]) -> int:
-        """The most workers of any run, and the servers."""
-        return max(runs) + self.params.servers
+    def devices_needed(self, runs: list[int | CompressedRun]) -> int:
+        """The most workers of any run, and the servers (when a dense run needs them)."""
+        workers = max(r.workers if isinstance(r, CompressedRun) else r for r in runs)
+        return workers + (self.params.servers if any(isinstance(r, int) for r in runs) else 0)
 
     def shards(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Worker i's ``batch_size`` samples (the first n shards, so a run's data does not depend on others)."""
@@ -127,8 +138,10 @@ class Plan(harness.Plan):
             topology=p.topology, degree=p.degree, seed=p.seed,
         )  # fmt: skip
 
-    def execute(self, cluster: DeviceCluster, run: int, context: dict[str, Any]) -> Outcome:
+    def execute(self, cluster: DeviceCluster, run: int | CompressedRun, context: dict[str, Any]) -> Outcome:
         """Compute the gradients on the workers, then run every pattern on them ``iterations`` times."""
+        if isinstance(run, CompressedRun):
+            return qiao_comm_compressed.execute(self, cluster, run, context)
         p, n = self.params, run
         servers = cluster.devices[-p.servers :]
         devices = CollectiveRun(cluster, cluster.devices[:n], servers)
@@ -209,10 +222,12 @@ class Plan(harness.Plan):
 
 def prepare(**kwargs: Any) -> Plan:
     """Check every parameter and load the workers' MNIST shards, before any cluster work."""
-    params = harness.parse_params(CommParams, kwargs, sequences=("worker_counts",))
-    runs = sorted(set(params.worker_counts))
-    dataset = load_dataset("mnist", data_dir=params.data_dir, sample_limit=max(runs) * params.batch_size,
+    params = harness.parse_params(CommParams, kwargs, sequences=("worker_counts", "compressors"))
+    counts = sorted(set(params.worker_counts))
+    dataset = load_dataset("mnist", data_dir=params.data_dir, sample_limit=max(counts) * params.batch_size,
                            test_limit=1, seed=params.seed)  # fmt: skip
+    runs: list[int | CompressedRun] = [*counts]
+    runs += [CompressedRun(n, c) for n in counts for c in params.compressors]
     return Plan(params, dataset, get_profile(params.device), runs)
 
 
@@ -230,15 +245,32 @@ run = harness.run
 
 def traffic(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
     """A row per worker count and pattern: bytes, steps, times and the checks of the averages."""
-    frames = [result.tables["patterns"] for result in harness.by_run(plan, stored).values()]
+    frames = [result.tables["patterns"] for result in _dense(plan, stored).values()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def link_matrix(plan: Plan, stored: list[StoredRun], n: int, pattern: str, column: str = "payload_bytes") -> np.ndarray:
-    """Measured bytes per directed link ``[src, dst]`` of one iteration of ``pattern`` with ``n`` workers."""
-    result = harness.by_run(plan, stored)[n]
-    links = result.tables["links"]
-    links = links[links["pattern"] == pattern]
+def _dense(plan: Plan, stored: list[StoredRun]) -> dict[int, StoredRun]:
+    """The stored runs of every pattern uncompressed, by worker count."""
+    return {n: r for n, r in harness.by_run(plan, stored).items() if isinstance(n, int)}
+
+
+def compression(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """fig3-4b's rerun: a row per worker count and compressor, its bytes beside fp32 P2P's and the checks."""
+    return qiao_comm_compressed.table(plan, stored, traffic(plan, stored))
+
+
+def link_matrix(
+    plan: Plan, stored: list[StoredRun], n: int, pattern: str, column: str = "payload_bytes", compressor: str = "none"
+) -> np.ndarray:
+    """Measured bytes per directed link ``[src, dst]`` of one iteration of ``pattern`` with ``n`` workers.
+
+    ``compressor`` other than ``"none"``: the compressed rerun's (``pattern`` "p2p").
+    """
+    if compressor != "none":
+        links = harness.by_run(plan, stored)[CompressedRun(n, compressor)].tables["links"]
+    else:
+        links = harness.by_run(plan, stored)[n].tables["links"]
+        links = links[links["pattern"] == pattern]
     devices = n + (plan.params.servers if pattern == "ps" else 0)
     matrix = np.zeros((devices, devices), dtype=np.int64)
     for row in links.itertuples():
@@ -248,7 +280,7 @@ def link_matrix(plan: Plan, stored: list[StoredRun], n: int, pattern: str, colum
 
 def gossip_curve(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
     """Gossip's distance to the mean per step, a column per worker count."""
-    runs = harness.by_run(plan, stored)
+    runs = _dense(plan, stored)
     return pd.DataFrame({f"N={n}": r.tables["gossip"].set_index("step")["distance"] for n, r in runs.items()})
 
 
@@ -279,8 +311,8 @@ def _by(table: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return table[table["pattern"] == pattern].set_index("workers").sort_index()
 
 
-def c11(table: pd.DataFrame) -> list[verdict.Check]:
-    """qiao/C11: peer-to-peer removes the server bottleneck but raises worker-to-worker traffic."""
+def c11(table: pd.DataFrame, compressed: pd.DataFrame | None = None) -> list[verdict.Check]:
+    """qiao/C11: P2P removes the server bottleneck but raises worker traffic (and, with ``compressed``, its remedy)."""
     ps, p2p = _by(table, "ps"), _by(table, "p2p")
     ns = list(ps.index)
     # A bottleneck is one port far busier than the workers': PS's server against its workers, P2P's busiest against its.
@@ -301,6 +333,7 @@ def c11(table: pd.DataFrame) -> list[verdict.Check]:
             ", ".join(f"N={n}: {more[n]:.3g}x" for n in ns),
             "bytes each worker sends, P2P over PS: >= 1, and > 1 from N = 3 ((N-1)|g| against |g|)",
         ),
+        *([qiao_comm_compressed.check(compressed)] if compressed is not None and len(compressed) else []),
     ]
 
 

@@ -4,7 +4,9 @@ Each panel is a traffic diagram drawn from the bytes-per-directed-link matrix
 the devices really sent in one iteration (edge width proportional to bytes,
 values annotated in KB): workers on a circle, the parameter server's shards
 inside it. The survey gives no values; qiao/fig3-4b carries the verdict of
-claim C11, qiao/fig3-4c that of C12, qiao/eq-comm-volume the formulas'.
+claim C11 (with the remedy the text names: peer-to-peer rerun with compressed
+gradients, drawn beside the fp32 run), qiao/fig3-4c that of C12,
+qiao/eq-comm-volume the formulas'.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ CLOCK = (
 NAMES = {"ps": "parameter server", "p2p": "peer-to-peer", "ring": "ring AllReduce", "tree": "tree AllReduce"}
 TABLE_COLUMNS = ["workers", "pattern", "steps", "total_bytes", "max_link_bytes", "max_port_bytes",
                  "sent_per_worker_mean", "wire_bytes", "host_s", "emulated_s", "emulated_links_s"]  # fmt: skip
+#: fig3-4b's table: fp32 P2P's rows, then the compressed reruns' (ratios: fp32 bytes over compressed).
+P2P_COLUMNS = ["workers", "compressor", "total_bytes", "wire_bytes", "max_link_bytes", "sent_per_worker_mean",
+               "payload_ratio", "wire_ratio", "error_vs_fp32", "mean_error", "equals_simulation",
+               "bytes_equal_encodings", "host_s", "emulated_s", "emulated_codec_s"]  # fmt: skip
 
 
 def _positions(n: int, servers: int) -> list[tuple[float, float]]:
@@ -90,6 +96,51 @@ def draw_panels(
     return fig
 
 
+def _size(value: float) -> str:
+    return f"{value / 1e6:.2f} MB" if value >= 1e6 else f"{value / 1e3:.1f} KB"
+
+
+def draw_p2p(plan: exp.Plan, stored: list[StoredRun], n: int, rows: pd.DataFrame) -> Any:
+    """fp32 P2P's traffic and each compressed rerun's for ``n`` workers (one width scale), then bytes per worker."""
+    import matplotlib.pyplot as plt
+
+    apply_style()
+    specs = [c for c in rows["compressor"].unique() if c != "none"]
+    matrices = {"none": exp.link_matrix(plan, stored, n, "p2p")}
+    matrices |= {c: exp.link_matrix(plan, stored, n, "p2p", compressor=c) for c in specs}
+    widest = max(float(m.max()) for m in matrices.values())
+    panels = len(matrices) + bool(specs)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 4.4), squeeze=False)
+    for ax, (spec, m) in zip(axes[0], matrices.items(), strict=False):
+        title = f"peer-to-peer, {'fp32' if spec == 'none' else spec}\ntotal {_size(m.sum())}, per link {_size(m.max())}"
+        draw_traffic(ax, m, n, title, widest)
+    if specs:
+        _per_worker_panel(axes[0][-1], rows)
+    fig.suptitle(f"bytes per directed link, one iteration, N = {n} workers (KB; width proportional to bytes)")
+    fig.tight_layout()
+    return fig
+
+
+def _per_worker_panel(ax: Any, rows: pd.DataFrame) -> None:
+    """Serialized bytes each worker sends per iteration, fp32 and compressed, per N (log scale; ratios on top)."""
+    ns = sorted(rows["workers"].unique())
+    specs = list(dict.fromkeys(rows["compressor"]))
+    width = 0.8 / len(specs)
+    for k, spec in enumerate(specs):
+        mine = rows[rows["compressor"] == spec].set_index("workers").reindex(ns)
+        x = np.arange(len(ns)) + (k - (len(specs) - 1) / 2) * width
+        label = "fp32" if spec == "none" else spec
+        ax.bar(x, mine["wire_bytes"] / mine.index, width, color=f"C{k}", label=label)
+        if spec != "none":
+            for xi, ratio, height in zip(x, mine["wire_ratio"], mine["wire_bytes"] / mine.index, strict=True):
+                ax.text(xi, height * 1.15, f"{ratio:.3g}x", ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylim(top=float((rows["wire_bytes"] / rows["workers"]).max()) * 12)  # room for the legend above the bars
+    ax.set_xticks(np.arange(len(ns)), [f"N={n}" for n in ns])
+    ax.set(ylabel="serialized bytes a worker sends / iteration", title="fp32 over compressed (x fewer)")
+    ax.legend(fontsize=8, ncol=len(specs), loc="upper center")
+
+
 def _gossip_panel(ax: Any, curve: pd.DataFrame) -> None:
     """Gossip's relative distance to the mean per step, per N (log scale)."""
     for column in curve.columns:
@@ -121,7 +172,9 @@ def render(
     )
     common = {"data_source": data_source(first["dataset"]), "clock": CLOCK, "notebook": notebook,
               "parameters": parameters}  # fmt: skip
-    c11 = verdict.decide(exp.c11(table), fitted=[], predicted=[f"N={n}" for n in ns], noise="bytes are exact")
+    compressed = exp.compression(plan, stored)
+    c11 = verdict.decide(exp.c11(table, compressed), fitted=[], predicted=[f"N={n}" for n in ns],
+                         noise="bytes are exact")  # fmt: skip
     c12 = verdict.decide(exp.c12(table), fitted=[], predicted=[f"N={n}" for n in ns], noise="bytes are exact")
     volume = exp.volume(plan, table, vector_bytes)
     formulas = verdict.decide(exp.comm_volume(volume), fitted=[], predicted=[f"N={n}" for n in ns],
@@ -145,10 +198,13 @@ def render(
     items.append(ReportItem("qiao/fig3-4a", [str(f) for f in files], paper_values_shown=False, status="not judged",
                             why=ps_why, **common))  # fmt: skip
 
-    files = page("qiao/fig3-4b", f"peer-to-peer, N = {n_shown}",
+    p2p = _p2p_rows(table, compressed)
+    files = page("qiao/fig3-4b", f"peer-to-peer, N = {n_shown}, fp32 and compressed",
                  ["Every worker sends its whole gradient to every other and sums all N in worker order. Claim C11 "
-                  "(l.252): peer-to-peer removes the server bottleneck but raises worker-to-worker traffic.", "",
-                  c11.markdown()], rows("p2p"), draw_panels(plan, stored, n_shown, ["p2p"]))  # fmt: skip
+                  "(l.252): peer-to-peer removes the server bottleneck but raises worker-to-worker traffic; "
+                  "\"therefore, parameter compression [...] [is] proposed to reduce the traffic\".", "",
+                  _remedy_text(p.compressors), "", c11.markdown()],
+                 p2p, draw_p2p(plan, stored, n_shown, p2p))  # fmt: skip
     items.append(ReportItem.from_verdict("qiao/fig3-4b", files, c11, paper_values_shown=False, **common))
 
     gossip = exp.gossip_curve(plan, stored)
@@ -186,6 +242,34 @@ def render(
                  draw_volume(volume))  # fmt: skip
     items.append(ReportItem.from_verdict("qiao/eq-comm-volume", files, formulas, paper_values_shown=True, **common))
     return items
+
+
+def _p2p_rows(table: pd.DataFrame, compressed: pd.DataFrame) -> pd.DataFrame:
+    """fp32 P2P's rows (ratios 1) then the compressed reruns', in ``P2P_COLUMNS``."""
+    fp32 = table[table["pattern"] == "p2p"].assign(compressor="none", payload_ratio=1.0, wire_ratio=1.0,
+                                                        error_vs_fp32=0.0)  # fmt: skip
+    frame = pd.concat([fp32, compressed], ignore_index=True).reindex(columns=P2P_COLUMNS)
+    rounding = {"sent_per_worker_mean": 1, "payload_ratio": 3, "wire_ratio": 3, "host_s": 4, "emulated_s": 4,
+                "emulated_codec_s": 4}  # fmt: skip
+    return frame.round(rounding).assign(error_vs_fp32=frame["error_vs_fp32"].map(lambda v: f"{v:.3g}"),
+                                        mean_error=frame["mean_error"].map(lambda v: f"{v:.2g}"))  # fmt: skip
+
+
+def _remedy_text(compressors: tuple[str, ...]) -> str:
+    if not compressors:
+        return "The compressed rerun was not asked for (`compressors` empty)."
+    return (
+        f"The remedy, rerun: the same gradients exchanged peer-to-peer again, each encoded once by its worker with "
+        f"{', '.join(f'`{c}`' for c in compressors)} (`edgelab.sync.compress`; top-k keeps 1% of each layer as int32 "
+        "index and float32 value, `qsgd:127` is the 8-bit quantiser: a 7-bit level and a sign bit per element, one "
+        "float32 norm per layer) and sent to every other worker; each worker decodes all N and averages them. "
+        "`total_bytes` are the arrays' bytes, `wire_bytes` Dask's serialized frames (the ratios: fp32 over "
+        "compressed); `bytes_equal_encodings`: every send weighs what the numpy encoding of the sender's gradient "
+        "does; `mean_error`: each worker's average against the mean of the decoded gradients (relative); "
+        "`error_vs_fp32`: the compressed average's relative L2 distance to the fp32 mean; `emulated_codec_s`: the "
+        "slowest worker's encode plus decode CPU time on the device (host CPU time x speed factor), which the "
+        "link time `emulated_s` does not include."
+    )
 
 
 def _ratio(table: pd.DataFrame, pattern: str) -> str:
