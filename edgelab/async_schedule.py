@@ -9,6 +9,8 @@ emulated clock (the same link rules as ``edgelab.timeline``: one shared
 server link, full or half duplex, the master's own exchange local), and the
 training loop (``edgelab.train``) then applies the updates in that order, so
 an asynchronous run is as reproducible as a synchronous one.
+``run_schedule`` gives ``simulate`` a run's inputs as the training loop times
+them, so a run's schedule can be played again (a straggler added) off-line.
 
 Events at the same instant: an update is applied before a pull that starts
 then (the pull sees it), and devices go in index order.
@@ -17,11 +19,18 @@ then (the pull sees it), and devices go in index order.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from edgelab.model_costs import weight_count
 from edgelab.timeline import Topology
+
+if TYPE_CHECKING:
+    from edgelab.device_model import DeviceModel
+    from edgelab.devices import DeviceProfile
+    from edgelab.user_model import UserModel
 
 _APPLY, _PULL, _PUSH = 0, 1, 2  # tie order at equal times
 
@@ -112,6 +121,52 @@ def simulate(
                 request_pull(t, device, step + 1)
     columns = ["update", "device_index", "step", "pulled_version", "staleness", "t_pull", "t_applied"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def run_schedule(
+    model: str | UserModel,
+    samples: Sequence[Sequence[int]],
+    *,
+    device_model: DeviceModel,
+    profile: DeviceProfile,
+    topology: Topology,
+    slowdown: Mapping[int, float] | None = None,
+) -> pd.DataFrame:
+    """The schedule ``edgelab.train`` runs an asynchronous run of ``model`` in (``simulate`` on its inputs).
+
+    Each step of a device takes the device model's time for its samples, each
+    pull and push carries every weight (4 bytes each) over the profile's
+    link, and the first device's exchange is local when the server runs on it
+    (``topology.master_is_device``).
+
+    Parameters
+    ----------
+    model
+        A built-in model's name or a user's model (``edgelab.user_model.UserModel``).
+    samples
+        Per device, the samples of each of its steps, in order.
+    device_model, profile, topology
+        The device's clock, its link, and the server's link and place.
+    slowdown
+        Device index to a factor its compute takes longer by (a straggler); the others run as timed.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``simulate``'s rows: one per update, in the order the server applies them.
+    """
+    slowdown = slowdown or {}
+    # x * 1.0 is x exactly: an unslowed device's times are the run's own.
+    compute = [
+        [float(device_model.compute_s(model, 1, n)) * slowdown.get(i, 1.0) for n in steps]
+        for i, steps in enumerate(samples)
+    ]
+    payload = weight_count(model) * 4
+    link = [
+        link_seconds(payload, profile.link_bytes_per_s, profile.latency_s, local=i == 0 and topology.master_is_device)
+        for i in range(len(samples))
+    ]
+    return simulate(compute, link, link, topology)
 
 
 def link_seconds(bytes_: float, rate_bytes_per_s: float, latency_s: float, *, local: bool) -> float:

@@ -68,6 +68,7 @@ class Noise:
     """
 
     cells: dict[Any, tuple[float, float, float, int]] = field(default_factory=dict)
+    axis: str = "N"  # what a cell's key counts, for the text
 
     @property
     def relative(self) -> float:
@@ -86,7 +87,7 @@ class Noise:
         if not repeated:
             return "not measured (no cell repeated)"
         parts = [
-            f"{k if isinstance(k, str) else f'N={k}'}: {(hi - lo) / abs(mid):.1%} over {n} runs"
+            f"{k if isinstance(k, str) else _cell(self.axis, k)}: {(hi - lo) / abs(mid):.1%} over {n} runs"
             for k, (lo, mid, hi, n) in repeated.items()
             if mid
         ]
@@ -98,11 +99,12 @@ class Noise:
         return cls({f"{name} N={k}": v for name, noise in named.items() for k, v in noise.cells.items()})
 
 
-def noise_of(values: pd.Series) -> Noise:
-    """Noise of a series whose index repeats a cell once per repeated run."""
+def noise_of(values: pd.Series, *, axis: str = "N") -> Noise:
+    """Noise of a series whose index repeats a cell once per repeated run (``axis`` names what the index counts)."""
     grouped = values.groupby(level=0)
     return Noise(
-        {k: (float(g.min()), float(g.median()), float(g.max()), int(g.count())) for k, g in grouped if g.count() > 0}
+        {k: (float(g.min()), float(g.median()), float(g.max()), int(g.count())) for k, g in grouped if g.count() > 0},
+        axis,
     )
 
 
@@ -200,6 +202,7 @@ def level(
     *,
     unit: str = "",
     each: bool = False,
+    axis: str = "N",
 ) -> Check:
     """Relative error over ``cells`` within ``LEVEL_TOLERANCE``: the median of a series, or ``each`` stated value.
 
@@ -213,7 +216,7 @@ def level(
     errors = (measured[list(cells)] / paper[list(cells)] - 1).abs()
     worst = errors.idxmax()
     text = (
-        f"median error {errors.median():.1%}, worst {errors.max():.1%} at N={worst} "
+        f"median error {errors.median():.1%}, worst {errors.max():.1%} at {_cell(axis, worst)} "
         f"({measured[worst]:,.4g}{unit} vs {paper[worst]:,.4g}{unit})"
     )
     error = errors.max() if each else errors.median()
@@ -227,17 +230,20 @@ def level(
     return Check("level", _within(error, LEVEL_TOLERANCE), text, rule)
 
 
-def trend(measured: pd.Series, direction: int, noise: Noise, *, claim: str) -> Check:
-    """Kendall's tau in ``direction`` (+1 grows, -1 falls) at least ``TREND_TAU``, and a change beyond the noise."""
+def trend(measured: pd.Series, direction: int, noise: Noise, *, claim: str, axis: str = "N") -> Check:
+    """Kendall's tau in ``direction`` (+1 grows, -1 falls) at least ``TREND_TAU``, and a change beyond the noise.
+
+    ``axis`` names the index's quantity in the text (``N=1 to N=4``; ``K=2``, ``s=4`` for other sweeps).
+    """
     from scipy.stats import kendalltau
 
     word = "grows" if direction > 0 else "falls"
     rule = f"{claim} {word}: Kendall tau x direction >= {TREND_TAU}, change beyond noise"
     if len(measured) < 2:
-        return Check("trend", None, f"only N={list(measured.index)} ran", rule)
+        return Check("trend", None, f"only {axis}={_cells(measured.index)} ran", rule)
     tau = kendalltau(measured.index.to_numpy(float), measured.to_numpy(float)).statistic
     change = _change(measured)
-    text = f"tau {tau:+.2f}, change {change:+.1%} from N={measured.index[0]} to N={measured.index[-1]}"
+    text = f"tau {tau:+.2f}, change {change:+.1%} {_span(axis, measured.index)}"
     if not tau * direction >= TREND_TAU:  # also catches nan, from a constant series
         return Check("trend", False, text, rule)
     if noise.measured and abs(change) <= noise.relative:
@@ -269,14 +275,14 @@ def slope(paper: pd.Series, measured: pd.Series, noise: Noise, *, unit: str = ""
     return Check("slope", _within(abs(mine / theirs - 1), SLOPE_TOLERANCE), text, rule)
 
 
-def effect(measured: pd.Series, direction: int, noise: Noise, *, claim: str) -> Check:
+def effect(measured: pd.Series, direction: int, noise: Noise, *, claim: str, axis: str = "N") -> Check:
     """A direction-only claim's change of at least ``MIN_EFFECT`` of its start, beyond the noise."""
     floor = max(MIN_EFFECT, noise.relative if noise.measured else 0.0)
     rule = f"{claim}: change >= {MIN_EFFECT:.0%} and beyond noise, in the claimed direction"
     if len(measured) < 2:
-        return Check("effect", None, f"only N={list(measured.index)} ran", rule)
+        return Check("effect", None, f"only {axis}={_cells(measured.index)} ran", rule)
     change = _change(measured)
-    text = f"{change:+.1%} from N={measured.index[0]} to N={measured.index[-1]}"
+    text = f"{change:+.1%} {_span(axis, measured.index)}"
     return Check("effect", _within(floor, change * direction), text, rule)
 
 
@@ -288,15 +294,16 @@ def bound(
     upper: float | None = None,
     claim: str,
     unit: str = "",
+    axis: str = "N",
 ) -> Check:
-    """Every cell in ``cells`` within the paper's stated bound."""
+    """Every cell in ``cells`` within the paper's stated bound (``axis`` names the cells in the text)."""
     rule = claim
     cells = [c for c in cells if c in measured.index]
     if not cells:
         return Check("bound", None, "no cell in range ran", rule)
     values = measured[cells]
     ok = (values >= (lower if lower is not None else -np.inf)) & (values <= (upper if upper is not None else np.inf))
-    text = ", ".join(f"N={n}: {v:,.4g}{unit}" for n, v in values.items())
+    text = ", ".join(f"{_cell(axis, n)}: {v:,.4g}{unit}" for n, v in values.items())
     return Check("bound", bool(ok.all()), text, rule)
 
 
@@ -330,6 +337,23 @@ def control(a: pd.Series, b: pd.Series, *, what: str) -> Check:
 def _within(value: float, limit: float) -> bool:
     """``value <= limit`` after rounding both, so a value exactly at a threshold is judged the same every run."""
     return bool(round(float(value), _DIGITS) <= round(float(limit), _DIGITS))
+
+
+def _cell(axis: str, x: Any) -> str:
+    """``N=2``: a whole float as an integer (``s=4``, not ``s=4.0``)."""
+    if isinstance(x, float | np.floating) and float(x).is_integer():
+        x = int(x)
+    return f"{axis}={x}"
+
+
+def _cells(index: Iterable[Any]) -> list[Any]:
+    """The cells as listed in a text, whole floats as integers."""
+    return [int(x) if isinstance(x, float | np.floating) and float(x).is_integer() else x for x in index]
+
+
+def _span(axis: str, index: pd.Index) -> str:
+    """``from N=1 to N=4``: the first and last cells."""
+    return f"from {_cell(axis, index[0])} to {_cell(axis, index[-1])}"
 
 
 def _change(measured: pd.Series) -> float:

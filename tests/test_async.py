@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from edgelab.async_schedule import simulate
+from edgelab.async_schedule import run_schedule, simulate
 from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset
+from edgelab.device_model import DeviceModel
+from edgelab.devices import get_profile
 from edgelab.errors import ConfigError, DeviceOutOfMemory
+from edgelab.model_costs import training_flops_per_sample, weight_count
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, train
@@ -39,6 +43,27 @@ def test_a_shared_link_queues_the_pulls() -> None:
     assert plan["t_pull"].tolist() == [0.0, 1.0]
     per_device = simulate([[1.0], [1.0]], [1.0, 1.0], [0.0, 0.0], Topology("per_device"))
     assert per_device["t_pull"].tolist() == [0.0, 0.0]
+
+
+def test_a_runs_schedule_times_steps_on_the_device_model_and_weights_on_the_link() -> None:
+    # Prepare: 1 ms per step plus 1 GFLOP/s; every LeNet-MLP weight over pi3b's link, each way
+    clock, profile = DeviceModel("pi3b", step_s=0.001, flops_per_s=1e9), get_profile("pi3b")
+    samples = [[32, 32, 16], [32, 8]]
+    step = [[0.001 + n * training_flops_per_sample("mlp") / 1e9 for n in row] for row in samples]
+    link = profile.latency_s + weight_count("mlp") * 4 / profile.link_bytes_per_s
+    inputs = {"device_model": clock, "profile": profile}
+
+    # Execute
+    played = run_schedule("mlp", samples, topology=Topology(), **inputs)
+    slowed = run_schedule("mlp", samples, topology=Topology(), slowdown={1: 3.0}, **inputs)
+    apart = Topology(master_is_device=False)
+    remote = run_schedule("mlp", samples, topology=apart, **inputs)
+
+    # Assert: the server's own device exchanges locally, the other over the link; only device 1 slowed
+    pd.testing.assert_frame_equal(played, simulate(step, [0.0, link], [0.0, link]))
+    assert played["t_applied"].iloc[0] == pytest.approx(step[0][0], rel=1e-12)
+    pd.testing.assert_frame_equal(slowed, simulate([step[0], [3 * t for t in step[1]]], [0.0, link], [0.0, link]))
+    pd.testing.assert_frame_equal(remote, simulate(step, [link, link], [link, link], apart))
 
 
 def test_async_server_applies_one_update_as_the_sync_server_applies_one_device() -> None:

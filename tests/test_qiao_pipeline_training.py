@@ -58,6 +58,19 @@ def test_bad_parameters_are_refused_before_anything_is_built(kwargs: dict, param
     assert err.value.parameter == parameter
 
 
+def test_the_four_blocks_weights_depend_on_the_seed_alone_and_the_blocks_balance() -> None:
+    from edgelab.pipeline.partition import layer_costs
+
+    # Execute
+    first, again, other = exp.four_blocks(seed=3), exp.four_blocks(seed=3), exp.four_blocks(seed=4)
+
+    # Assert: 28 x 28 positions x 3 x 3 x 32 x 32 multiply-adds in each block
+    assert all(np.array_equal(a, b) for a, b in zip(first.get_weights(), again.get_weights(), strict=True))
+    assert not np.array_equal(first.get_weights()[0], other.get_weights()[0])
+    blocks = [c.macs for c in layer_costs(first) if c.name.startswith("block")]
+    assert blocks == [28 * 28 * 9 * 32 * 32] * 4
+
+
 def test_a_network_that_does_not_take_digits_is_refused_by_name(tmp_path: Path) -> None:
     import keras
 

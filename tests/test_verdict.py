@@ -291,6 +291,28 @@ def test_a_constant_series_does_not_grow() -> None:
     assert check.passed is False and check.measured.startswith("tau +nan")
 
 
+def test_the_checks_name_the_axis_they_are_given_and_whole_floats_as_integers() -> None:
+    # Prepare: a sweep over a slow-down s (floats) and one over stages K (integers)
+    by_s = pd.Series([1.0, 1.5, 2.5], index=[1.0, 2.0, 4.0])
+    by_k = pd.Series([1, 1], index=[2, 3])
+
+    # Execute
+    trend = policy.trend(by_s, +1, Noise(), claim="time", axis="s")
+    effect = policy.effect(by_s, +1, Noise(), claim="time", axis="s")
+    bound = policy.bound(by_k, [2, 3], upper=1, claim="one at a time", axis="K")
+    single = policy.trend(by_s.iloc[:1], +1, Noise(), claim="time", axis="s")
+    noise = noise_of(pd.Series([0.9, 1.1, 2.0], index=[2, 2, 3]), axis="K")
+    default = policy.trend(pd.Series([1.0, 2.0], index=[1.0, 2.5]), +1, Noise(), claim="time")
+
+    # Assert: the given axis, never N; 4.0 printed as 4, 2.5 as it is
+    assert trend.measured == "tau +1.00, change +150.0% from s=1 to s=4"
+    assert effect.measured == "+150.0% from s=1 to s=4"
+    assert bound.measured == "K=2: 1, K=3: 1"
+    assert single.measured == "only s=[1] ran"
+    assert noise.describe() == "20.0% (largest spread; K=2: 20.0% over 2 runs)"
+    assert default.measured.endswith("from N=1 to N=2.5")
+
+
 # -------------------------------------------------------------- figure 4
 
 

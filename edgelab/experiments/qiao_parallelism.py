@@ -18,7 +18,7 @@ straggler sweep (qiao/C10) slows one device by s: for synchronous training
 post hoc and exactly (``edgelab.timeline.compose`` with that device's compute
 times s; the weights do not depend on it); for asynchronous training the
 update order does, so the schedule is simulated again
-(``edgelab.async_schedule.simulate``) for throughput and staleness. The slowed
+(``edgelab.async_schedule.run_schedule``) for throughput and staleness. The slowed
 asynchronous runs are not trained again: their accuracy is not known.
 """
 
@@ -41,12 +41,10 @@ from edgelab.errors import ConfigError
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.experiments.qiao_pipeline_training import FOUR_BLOCKS, four_blocks
-from edgelab.model_costs import weight_count
 from edgelab.pipeline import training_clock
 from edgelab.pipeline.partition import Partition, layer_costs, partition
 from edgelab.pipeline.training import train_pipelined
 from edgelab.results import StoredRun
-from edgelab.seeding import seeded
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
 
@@ -204,7 +202,7 @@ class Plan(harness.Plan):
         cluster.client.run(_start_peak_window, workers=_addresses(cluster, devices))
         trained = train_pipelined(
             cluster,
-            _network(p.seed),
+            four_blocks(seed=p.seed),
             x,
             y,
             cuts=[s.layers[-1] for s in self.cuts[run.n_stages].stages[:-1]],
@@ -226,11 +224,6 @@ class Plan(harness.Plan):
             "host_wall_s": trained.wall_s,
         }
         return summary, {"records": trained.records, "losses": trained.losses}
-
-
-def _network(seed: int) -> Any:
-    with seeded(seed):
-        return four_blocks()
 
 
 def _addresses(cluster: DeviceCluster, devices: list[str]) -> list[str]:
@@ -271,7 +264,7 @@ def prepare(**kwargs: Any) -> Plan:
         raise ConfigError(
             "pipeline_steps", params.pipeline_steps, f"at most {dataset.n_train // params.pipeline_batch} batches"
         )
-    model = _network(params.seed)
+    model = four_blocks(seed=params.seed)
     cuts = {k: partition(model, k) for k in sorted({1, *params.stages})}
     runs: list[ModelRun | DataRun] = [ModelRun(k, r) for r in range(params.repeats) for k in cuts]
     runs += [DataRun(s, n, r) for r in range(params.repeats) for s in params.strategies for n in sorted(params.devices)]
@@ -297,7 +290,7 @@ def layer_map(plan: Plan) -> pd.DataFrame:
     (plain SGD keeps no slots), the kept input, and every layer's output of the
     recomputed forward. Counted from the real split, not read from RSS.
     """
-    costs = layer_costs(_network(plan.params.seed))
+    costs = layer_costs(four_blocks(seed=plan.params.seed))
     batch = plan.params.pipeline_batch
     rows = []
     for k, cut in plan.cuts.items():
@@ -399,25 +392,24 @@ def _sync_rounds(plan: Plan, records: pd.DataFrame, slow: int | None = None, s: 
 def _async_schedule(
     plan: Plan, records: pd.DataFrame, slow: int | None = None, s: float = 1.0, cycles: int = 1
 ) -> pd.DataFrame:
-    """An asynchronous run's schedule played again on the clock (``edgelab.async_schedule``), one device slowed.
+    """An asynchronous run's schedule played again on the clock, one device slowed.
 
-    The same inputs ``edgelab.train`` gave the run: each device's steps in
-    order at the device model's time, each pull and push at the weights' bytes
-    over the link, the server on the first device (its own exchange local).
-    With ``cycles`` > 1 every device goes through its shard that many times.
-    Adds each update's ``samples``.
+    ``edgelab.async_schedule.run_schedule``, as ``edgelab.train`` called it
+    for the run, on the steps each device took. With ``cycles`` > 1 every
+    device goes through its shard that many times. Adds each update's
+    ``samples``.
     """
     per_device = records.sort_values(["device_index", "epoch", "first_step"]).groupby("device_index")["samples"]
     n = int(records["device_index"].max()) + 1
     samples = [list(per_device.get_group(i)) * cycles for i in range(n)]
-    scale = [s if i == slow else 1.0 for i in range(n)]
-    compute = [[float(plan.device_model.compute_s(DATA_MODEL, 1, m)) * scale[i] for m in samples[i]] for i in range(n)]
-    payload = weight_count(DATA_MODEL) * 4
-    link = [
-        async_schedule.link_seconds(payload, plan.profile.link_bytes_per_s, plan.profile.latency_s, local=i == 0)
-        for i in range(n)
-    ]
-    played = async_schedule.simulate(compute, link, link, Topology())
+    played = async_schedule.run_schedule(
+        DATA_MODEL,
+        samples,
+        device_model=plan.device_model,
+        profile=plan.profile,
+        topology=Topology(),
+        slowdown={} if slow is None else {slow: s},
+    )
     return played.assign(samples=[samples[i][k] for i, k in zip(played["device_index"], played["step"], strict=True)])
 
 

@@ -122,7 +122,7 @@ def data_verdict(runs: pd.DataFrame, slow: pd.DataFrame, same_single: bool | Non
     checks = []
     if "sync_epoch_s" in slow:
         series = slow.set_index("s")["sync_epoch_s"]
-        checks.append(verdict.trend(series, +1, noise, claim="Sync-SGD time per epoch against s (qiao/C10)"))
+        checks.append(verdict.trend(series, +1, noise, claim="Sync-SGD time per epoch against s (qiao/C10)", axis="s"))
     if {"sync_relative", "async_relative"} <= set(slow.columns):
         last = slow.iloc[-1]
         checks.append(verdict.Check(
@@ -213,12 +213,13 @@ def model_verdict(summary: pd.DataFrame) -> verdict.Verdict:
     """qiao/C6: at most one stage busy, utilisation at most 1/K; qiao/C28: each worker holds less as K grows."""
     split = summary[summary["K"] > 1]
     by_k = split.groupby("K")
-    noise = verdict.noise_of(split.set_index("K")["utilisation"])
+    noise = verdict.noise_of(split.set_index("K")["utilisation"], axis="K")
     most = by_k["max_concurrency"].max()
     util = by_k["utilisation"].max()
     over = util - 1 / util.index.to_series()
     checks = [
-        verdict.bound(most, list(most.index), upper=1, claim="at most one stage computes at any instant (qiao/C6)"),
+        verdict.bound(most, list(most.index), upper=1, claim="at most one stage computes at any instant (qiao/C6)",
+                      axis="K"),
         verdict.Check(
             "utilisation", bool((over <= 1e-9).all()),
             ", ".join(f"K={k}: {u:.1%} (1/K {1 / k:.1%})" for k, u in util.items()),
@@ -226,7 +227,8 @@ def model_verdict(summary: pd.DataFrame) -> verdict.Verdict:
         ),
         replace(
             verdict.trend(summary.groupby("K")["working_set_vs_single"].max(), -1, verdict.Noise(),
-                          claim="largest working set of a worker against K (qiao/C28, counted from the split)"),
+                          claim="largest working set of a worker against K (qiao/C28, counted from the split)",
+                          axis="K"),
             note="counted, not read from RSS; no model larger than one worker was trained",
         ),
     ]  # fmt: skip

@@ -198,7 +198,7 @@ def draw_composite(plan: exp.Plan, timelines: dict[Any, pd.DataFrame], summary: 
 
 def _noise(summary: pd.DataFrame, column: str) -> verdict.Noise:
     gpipe = summary[summary["schedule"] == "gpipe"]
-    return verdict.noise_of(gpipe.set_index("micro_batches")[column])
+    return verdict.noise_of(gpipe.set_index("micro_batches")[column], axis="M")
 
 
 def gpipe_verdict(summary: pd.DataFrame, k: int) -> verdict.Verdict:
@@ -212,7 +212,10 @@ def gpipe_verdict(summary: pd.DataFrame, k: int) -> verdict.Verdict:
         f"largest |GPipe - plain SGD| weight difference {worst:.2e}",
         f"<= {SAME_WEIGHTS_ATOL:g} (GPipe's weights equal one-process SGD on the same mini-batches)",
     )
-    checks = [verdict.trend(bubble, -1, _noise(summary, "bubble"), claim="GPipe's idle share (qiao/C7)"), same]
+    checks = [
+        verdict.trend(bubble, -1, _noise(summary, "bubble"), claim="GPipe's idle share (qiao/C7)", axis="M"),
+        same,
+    ]
     cells = [f"M={m}" for m in bubble.index]
     return verdict.decide(checks, fitted=[], predicted=cells, noise=_noise(summary, "bubble"))
 
@@ -220,7 +223,7 @@ def gpipe_verdict(summary: pd.DataFrame, k: int) -> verdict.Verdict:
 def formula_verdict(summary: pd.DataFrame) -> verdict.Verdict:
     """Each M's measured bubble against ``(K - 1) / (M + K - 1)``."""
     bubble, formula = _mean(summary, "bubble"), _mean(summary, "formula")
-    check = verdict.level(formula, bubble, list(bubble.index), _noise(summary, "bubble"), each=True)
+    check = verdict.level(formula, bubble, list(bubble.index), _noise(summary, "bubble"), each=True, axis="M")
     cells = [f"M={m}" for m in bubble.index]
     return verdict.decide([check], fitted=[], predicted=cells, noise=_noise(summary, "bubble"))
 
