@@ -211,7 +211,22 @@ def test_none_builds_no_compressor() -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["bogus", "sign:1", "qsgd", "qsgd:0", "qsgd:257", "qsgd:2.5", "topk:0", "topk:1.5", "randomk:-0.1", 3]
+    "spec",
+    [
+        "bogus",
+        "sign:1",
+        "qsgd",
+        "qsgd:0",
+        "qsgd:257",
+        "qsgd:2.5",
+        "topk:0",
+        "topk:1.5",
+        "randomk:-0.1",
+        "dgc:0.1",
+        "dgc:0.1:1.0",
+        "dgc:0:0.9",
+        3,
+    ],
 )
 def test_a_bad_spec_names_the_parameter_the_value_and_what_is_allowed(spec: object) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -219,3 +234,58 @@ def test_a_bad_spec_names_the_parameter_the_value_and_what_is_allowed(spec: obje
 
     assert caught.value.parameter == "compressor" and caught.value.value == spec
     assert "qsgd:<s>" in caught.value.allowed and "(0, 1]" in caught.value.allowed
+
+
+def _rounds(spec: str, n: int, seed: int = 0) -> list[tuple[object, object]]:
+    """``n`` rounds of random LeNet-MLP-shaped deltas through ``spec`` with its residual: (encoded, residual) each."""
+    c, state, out = _build(spec), None, []
+    for t in range(n):
+        encoded, state = compress_with_feedback(c, _delta(LENET_MLP, seed + t), state, np.random.default_rng(t))
+        out.append((encoded, state))
+    return out
+
+
+def test_dgc_without_momentum_is_top_k_with_its_residual_bit_for_bit() -> None:
+    dgc, topk = _rounds("dgc:0.01:0", 5), _rounds("topk:0.01", 5)
+    for (sent, (kept, _)), (reference, residual) in zip(dgc, topk, strict=True):
+        for a, b in zip((*sent.arrays, *kept), (*reference.arrays, *residual), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_dgc_sends_the_accumulated_velocity_and_masks_both_where_it_sent() -> None:
+    # Prepare: the velocity and accumulation DGC's section 3.2 defines, tracked alongside in float64
+    m, c = 0.9, _build("dgc:0.01:0.9")
+    u = v = None
+    sent_total = np.zeros(sum(math.prod(s) for s in LENET_MLP))
+    velocity_total = np.zeros_like(sent_total)
+    state = None
+    for t in range(6):
+        delta = _delta(LENET_MLP, t)
+        flat = np.concatenate([d.ravel() for d in delta]).astype(np.float64)
+        u = flat if u is None else m * u + flat
+        v = u if v is None else v + u
+        velocity_total += u
+
+        encoded, state = compress_with_feedback(c, delta, state, np.random.default_rng(t))
+        kept, velocity = (np.concatenate([a.ravel() for a in part]) for part in state)
+        index = encoded.arrays[0]
+
+        # Assert: what was sent is v there, and u and v are cleared exactly there (momentum factor masking)
+        np.testing.assert_allclose(encoded.arrays[1], v[index], rtol=1e-5, atol=1e-7)
+        assert not kept[index].any() and not velocity[index].any()
+        sent_total[index] += encoded.arrays[1]
+        u[index] = 0.0
+        v[index] = 0.0
+        np.testing.assert_allclose(kept, v, rtol=1e-5, atol=1e-7)
+    # Nothing is lost: sent plus still kept is every round's velocity, summed
+    np.testing.assert_allclose(sent_total + kept, velocity_total, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_dgc_at_full_density_sends_each_delta_as_it_is(momentum: float) -> None:
+    c, state = _build(f"dgc:1:{momentum}"), None
+    for t in range(3):
+        delta = _delta(LENET_MLP, t)
+        encoded, state = compress_with_feedback(c, delta, state, np.random.default_rng(t))
+        for got, want in zip(c.decode(encoded), delta, strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -16,6 +16,11 @@ Papers (surveyed by Qiao et al., qiao/method-grad-quant and qiao/method-grad-spa
 * ``topk:<density>``: Lin et al., "Deep Gradient Compression", ICLR 2018
   (arxiv.org/abs/1712.01887): the largest |x| per tensor are sent, the rest
   accumulates on the device until it is large enough (no momentum correction).
+* ``dgc:<density>:<momentum>``: the same, with DGC's momentum correction and
+  momentum factor masking (Lin et al., section 3.2): the device keeps a
+  velocity ``u <- m u + delta`` and accumulates ``v <- v + u``; top-k of ``v``
+  is sent, and both ``u`` and ``v`` are cleared where it was. Momentum then
+  lives on the devices: leave the server's ``momentum`` at 0.
 * ``randomk:<density>``: Wangni et al., "Gradient Sparsification for
   Communication-Efficient Distributed Optimization", NeurIPS 2018
   (arxiv.org/abs/1710.09854): each coordinate kept with probability p and
@@ -48,6 +53,7 @@ COMPRESSORS = (
     "terngrad_noclip",
     "qsgd:<s>",
     "topk:<density>",
+    "dgc:<density>:<momentum>",
     "randomk:<density>",
 )
 #: TernGrad clips each layer at this many standard deviations before ternarizing (Wen et al., section 3.3).
@@ -108,7 +114,7 @@ def build_compressor(spec: str) -> Compressor | None:
     """
     allowed = (
         f"one of {', '.join(COMPRESSORS)} (qsgd levels an integer in [1, {QSGD_MAX_LEVELS}], "
-        "density a number in (0, 1])"
+        "density a number in (0, 1], momentum a number in [0, 1))"
     )
     if not isinstance(spec, str):
         raise ConfigError("compressor", spec, allowed)
@@ -121,14 +127,21 @@ def build_compressor(spec: str) -> Compressor | None:
         return TernGrad(clip=spec == "terngrad")
     if kind == "qsgd" and arg.isdigit() and 1 <= int(arg) <= QSGD_MAX_LEVELS:
         return QSGD(levels=int(arg))
-    if kind in ("topk", "randomk"):
-        try:
-            density = float(arg)
-        except ValueError:
-            density = math.nan
-        if 0.0 < density <= 1.0:
+    if kind in ("topk", "randomk", "dgc"):
+        arg, _, second = arg.partition(":") if kind == "dgc" else (arg, "", "0")
+        density, momentum = _number(arg), _number(second)
+        if 0.0 < density <= 1.0 and 0.0 <= momentum < 1.0:
+            if kind == "dgc":
+                return DGC(density=density, momentum=momentum, spec=spec)
             return TopK(density=density, spec=spec) if kind == "topk" else RandomK(density=density, spec=spec)
     raise ConfigError("compressor", spec, allowed)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def compress_with_feedback(
@@ -137,8 +150,11 @@ def compress_with_feedback(
     """Encode ``delta`` (plus ``residual`` when ``c`` keeps one); return it and the new residual.
 
     The new residual is ``delta + residual - decode(encoded)``: what was meant
-    but not sent. ``None`` when ``c`` keeps no residual.
+    but not sent. ``None`` when ``c`` keeps no residual. DGC's residual is the
+    pair (accumulation, velocity), see ``DGC``.
     """
+    if isinstance(c, DGC):
+        return c.step(delta, residual, rng)  # type: ignore[arg-type]
     if not c.error_feedback:
         return c.encode(list(delta), rng), None
     target = list(delta) if residual is None else [d + r for d, r in zip(delta, residual, strict=True)]
@@ -341,3 +357,37 @@ class RandomK(Compressor):
         flat = np.zeros(sum(encoded.sizes))
         flat[self._mask(encoded.seed, flat.size)] = encoded.arrays[0]
         return _unflatten(flat, encoded)
+
+
+class DGC(TopK):
+    """Top-k with Deep Gradient Compression's momentum correction and momentum factor masking.
+
+    Its residual is ``(v, u)``: the accumulation not sent yet and the device's
+    velocity. Each round ``u <- m u + delta``, ``v <- v + u``; top-k of ``v``
+    is sent and both are zeroed where it was (DGC's masking: the stale
+    momentum of a sent coordinate is not pushed again). At ``m = 0`` it is
+    ``TopK`` with its residual, bit for bit.
+    """
+
+    def __init__(self, *, density: float, momentum: float, spec: str) -> None:
+        super().__init__(density=density, spec=spec)
+        self.momentum = momentum
+
+    def step(
+        self, delta: NDArrays, state: tuple[NDArrays, NDArrays] | None, rng: np.random.Generator
+    ) -> tuple[Encoded, tuple[NDArrays, NDArrays]]:
+        """Encode this round's ``delta`` from the kept ``state``; the encoded update and the new state."""
+        if state is None:
+            velocity = list(delta)
+            target = list(delta)
+        else:
+            accumulated, previous = state
+            velocity = [self.momentum * u + d for u, d in zip(previous, delta, strict=True)]
+            target = [v + u for v, u in zip(accumulated, velocity, strict=True)]
+        encoded = self.encode(target, rng)
+        sent = np.zeros(sum(encoded.sizes), bool)
+        sent[encoded.arrays[0]] = True
+        masks = _unflatten(sent.astype(np.float64), encoded)
+        kept = [np.where(m != 0, 0, t).astype(t.dtype) for m, t in zip(masks, target, strict=True)]
+        velocity = [np.where(m != 0, 0, u).astype(u.dtype) for m, u in zip(masks, velocity, strict=True)]
+        return encoded, (kept, velocity)
