@@ -21,6 +21,17 @@ from a device. Each device keeps the state it started the round from, so a
 round cut by a lost device is run again from it: the client reads it from a
 surviving device and installs it on all; with every device lost at once the
 weights are gone and the run fails.
+
+With a compressor (``edgelab.sync.compress``) each device encodes its own
+delta as ``runtime.train_round`` does for the parameter server (the same
+seeded rng and error-feedback residual, so the same encoded update), and the
+devices all-gather the ENCODED updates: compressed values cannot be summed
+slice by slice, so each device sends its encoding whole to its ``n - 1``
+peers, decodes all ``n`` and takes the server's step in device order, as
+sign and top-k all-reduce systems do. A round run again starts from the
+residual the device started it from (``runtime``); a restarted device has lost its own.
+Records add what went to peers: ``peer_bytes_sent`` (the serialized frames,
+once per peer), ``peer_bytes_received``, ``peer_messages_sent``, ``exchange``.
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import numpy as np
-from distributed.protocol import to_serialize
+from distributed.protocol import Serialized
+from distributed.protocol.serialize import serialize_and_split
 
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.runtime import PEER_OP, StateMissingError
@@ -41,6 +54,7 @@ from edgelab.wire import Layout, Packed, pack, unpack
 if TYPE_CHECKING:
     from edgelab.fleet import Fleet
     from edgelab.runtime import DeviceRuntime, RoundTask
+    from edgelab.sync.compress import Compressor
 
 #: Up to this many devices, each sends its whole delta to every other and computes the whole step:
 #: for two, the same bytes as reduce-scatter + all-gather in half the messages and one hop fewer.
@@ -101,7 +115,10 @@ class PeerState:
     momentum: float
     # The state this device started its last round from: a round run again starts there.
     before: tuple[int, np.ndarray, np.ndarray | None] | None = None
-    inbox: dict[tuple[int, str], dict[int, tuple[int, Any]]] = field(default_factory=dict)
+    compressor: Compressor | None = None  # None: dense deltas, reduce-scattered
+    traffic: dict[str, int] = field(default_factory=dict)  # this round's peer messages and bytes
+    # Each peer's piece of a (round, phase): its samples, data and bytes on the wire.
+    inbox: dict[tuple[int, str], dict[int, tuple[int, Any, int]]] = field(default_factory=dict)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     abandoned: bool = False
 
@@ -124,6 +141,7 @@ async def install(
     velocity: np.ndarray | None,
     server_learning_rate: float,
     momentum: float,
+    compressor: Compressor | None = None,
 ) -> None:
     """Start (or restart) a run's all-reduce on this device from ``weights`` at round ``rnd``."""
     old = rt.peers.get(run_id)
@@ -133,7 +151,16 @@ async def install(
     check_weights(weights)
     layout, (flat,) = pack(weights)
     rt.peers[run_id] = PeerState(
-        token, index, list(addresses), rnd, flat.copy(), layout, velocity, server_learning_rate, momentum
+        token,
+        index,
+        list(addresses),
+        rnd,
+        flat.copy(),
+        layout,
+        velocity,
+        server_learning_rate,
+        momentum,
+        compressor=compressor,
     )
 
 
@@ -160,18 +187,26 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
         raise RoundAbandoned(f"device {rt.device} holds installation {state.token}, not {token}")
     rnd, n = state.round, len(state.addresses)
     state.before = (rnd, state.weights, state.velocity)
+    state.traffic = dict.fromkeys(("peer_bytes_sent", "peer_bytes_received", "peer_messages_sent"), 0)
     if task is None:
         delta, record = np.zeros_like(state.weights), None
     else:
         packed, record = await rt.run(train_round, (task, state.arrays()))
-        _, flats = pack(packed.arrays)  # one flat buffer already (the compiled step's): no copy
-        delta = flats[0] if len(flats) == 1 else np.concatenate([d.ravel() for d in packed.arrays])
+        if state.compressor is None:
+            _, flats = pack(packed.arrays)  # one flat buffer already (the compiled step's): no copy
+            delta = flats[0] if len(flats) == 1 else np.concatenate([d.ravel() for d in packed.arrays])
     samples = 0 if record is None else int(record["samples"])
 
-    if n <= WHOLE_EXCHANGE_MAX:
+    if state.compressor is not None:
+        # All-gather of the encoded updates: every device decodes every one and computes the whole step.
+        exchange = "allgather_encoded"
+        full = await _encoded_step(rt, run_id, state, rnd, samples, None if record is None else packed)
+    elif n <= WHOLE_EXCHANGE_MAX:
         # Every device gets every whole delta and computes the whole step itself.
+        exchange = "whole"
         full = await _step(rt, run_id, state, rnd, "whole", samples, [delta] * n, slice(None))
     else:
+        exchange = "reduce_scatter"
         # Reduce-scatter: each owner gets its slice of every delta and computes the step for it;
         # all-gather: every device gets every owner's slice of the step.
         bounds = slice_bounds(delta.size, n)
@@ -185,6 +220,8 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
         if state.momentum:
             state.velocity = full
     state.round = rnd + 1
+    if record is not None:
+        record.update(state.traffic, exchange=exchange)
     return record
 
 
@@ -200,9 +237,30 @@ async def _step(
 ) -> np.ndarray | None:
     """Send device ``j`` ``outgoing[j]``, then compute the server's step on this device's part, ``mine``."""
     pieces = await _exchange(rt, run_id, state, rnd, phase, {j: (samples, p) for j, p in enumerate(outgoing)})
+    return _server_step(state, [DeviceUpdate(str(k), [pieces[k][1]], pieces[k][0]) for k in range(len(pieces))], mine)
+
+
+async def _encoded_step(
+    rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, samples: int, encoded: Any
+) -> np.ndarray | None:
+    """Send this device's encoded update (None: it trained nothing) to every peer; the step over all, decoded."""
+    assert state.compressor is not None
+    n = len(state.addresses)
+    pieces = await _exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
+    # Decoded as the parameter server decodes (edgelab.train._decoded), flattened in the weights' order.
+    updates = [
+        DeviceUpdate(str(k), [np.concatenate([a.ravel() for a in state.compressor.decode(data)])], got)
+        for k, (got, data, *_) in sorted(pieces.items())
+        if got > 0
+    ]
+    return _server_step(state, updates, slice(None))
+
+
+def _server_step(state: PeerState, updates: list[DeviceUpdate], mine: slice) -> np.ndarray | None:
+    """``ParameterServerSync.server_step`` over the updates' part ``mine``, from this device's momentum."""
     server = ParameterServerSync(momentum=state.momentum, server_learning_rate=state.server_learning_rate)
     server.velocity = None if state.velocity is None else [state.velocity[mine]]
-    step = server.server_step([DeviceUpdate(str(k), [pieces[k][1]], pieces[k][0]) for k in range(len(pieces))])
+    step = server.server_step(updates)
     return None if step is None else step[0]
 
 
@@ -220,25 +278,37 @@ async def _exchange(
     rnd: int,
     phase: str,
     outgoing: dict[int, tuple[int, np.ndarray | None]],
-) -> dict[int, tuple[int, Any]]:
+) -> dict[int, tuple[int, Any, int]]:
     """Send ``outgoing[j]`` to device ``j`` and wait for every device's piece for this one, by device index."""
     key = (rnd, phase)
     inbox = state.inbox.setdefault(key, {})
-    inbox[state.index] = outgoing[state.index]
-    sends = [
-        getattr(rt._worker.rpc(address), PEER_OP)(
-            reply=False,  # no acknowledgement: a peer that is gone is found by the client
-            run_id=run_id,
-            token=state.token,
-            rnd=rnd,
-            phase=phase,
-            src=state.index,
-            samples=outgoing[j][0],
-            data=None if outgoing[j][1] is None else to_serialize(outgoing[j][1]),
+    samples, data = outgoing[state.index]
+    inbox[state.index] = (samples, data, 0)
+    # Each piece serialized once, however many peers it goes to (an all-gather's goes to all n - 1).
+    wire: dict[int, tuple[Serialized | None, int]] = {}  # by the piece's id
+    sends = []
+    for j, address in enumerate(state.addresses):
+        if j == state.index:
+            continue
+        piece = outgoing[j][1]
+        if id(piece) not in wire:
+            wire[id(piece)] = _serialized(piece)
+        frames, nbytes = wire[id(piece)]
+        state.traffic["peer_bytes_sent"] += nbytes
+        state.traffic["peer_messages_sent"] += 1
+        sends.append(
+            getattr(rt._worker.rpc(address), PEER_OP)(
+                reply=False,  # no acknowledgement: a peer that is gone is found by the client
+                run_id=run_id,
+                token=state.token,
+                rnd=rnd,
+                phase=phase,
+                src=state.index,
+                samples=outgoing[j][0],
+                data=frames,
+                nbytes=nbytes,
+            )
         )
-        for j, address in enumerate(state.addresses)
-        if j != state.index
-    ]
     sent = asyncio.gather(*sends)
     deadline = asyncio.get_running_loop().time() + SLICE_TIMEOUT_S
     while len(inbox) < len(state.addresses) and not state.abandoned:
@@ -255,17 +325,36 @@ async def _exchange(
         missing = sorted(set(range(len(state.addresses))) - set(inbox))
         raise RoundAbandoned(f"device {rt.device}: round {rnd} {phase} ended without slices from devices {missing}")
     await sent
-    return state.inbox.pop(key)
+    pieces = state.inbox.pop(key)
+    state.traffic["peer_bytes_received"] += sum(nbytes for _, _, nbytes in pieces.values())
+    return pieces
+
+
+def _serialized(value: Any) -> tuple[Serialized | None, int]:
+    """``value`` serialized as Dask's comms send it (uncompressed: Dask's default), and its bytes: header and frames."""
+    if value is None:
+        return None, 0
+    header, frames = serialize_and_split(value, on_error="raise")
+    size = len(msgpack.dumps(header, use_bin_type=True)) + sum(memoryview(f).nbytes for f in frames)
+    return Serialized(header, frames), size
 
 
 async def receive(
-    rt: DeviceRuntime, run_id: str, token: int, rnd: int, phase: str, src: int, samples: int, data: Any
+    rt: DeviceRuntime,
+    run_id: str,
+    token: int,
+    rnd: int,
+    phase: str,
+    src: int,
+    samples: int,
+    data: Any,
+    nbytes: int = 0,
 ) -> str:
     """A peer's piece for this device (the ``PEER_OP`` handler); an older installation's is dropped."""
     state = rt.peers.get(run_id)
     if state is None or token != state.token:
         return "dropped"
-    state.inbox.setdefault((rnd, phase), {})[src] = (samples, data)
+    state.inbox.setdefault((rnd, phase), {})[src] = (samples, data, nbytes)
     state.arrived.set()
     return "OK"
 
@@ -290,13 +379,22 @@ class Ring:
     ``round`` runs inside ``Fleet.attempt``: a round cut by a lost device is
     run again, after the state it started from is read from a surviving
     device and installed on every device (the revived one at its new address).
+    With a ``compressor`` the devices all-gather their encoded updates.
     """
 
     def __init__(
-        self, fleet: Fleet, run_id: str, devices: list[str], weights: list[np.ndarray], strategy: ParameterServerSync
+        self,
+        fleet: Fleet,
+        run_id: str,
+        devices: list[str],
+        weights: list[np.ndarray],
+        strategy: ParameterServerSync,
+        *,
+        compressor: Compressor | None = None,
     ) -> None:
         check_weights(weights)
         self.fleet, self.run_id, self.devices, self.strategy = fleet, run_id, list(devices), strategy
+        self.compressor = compressor
         # The client's copy of the state at the start of round `held` (weights None: not held).
         self.weights: list[np.ndarray] | None = weights
         self.velocity: np.ndarray | None = None
@@ -348,6 +446,7 @@ class Ring:
                 velocity,
                 self.strategy.server_learning_rate,
                 self.strategy.momentum,
+                self.compressor,
             )
             for i, d in enumerate(self.devices)
         }

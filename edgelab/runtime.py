@@ -180,8 +180,9 @@ class DeviceRuntime(WorkerPlugin):
     stages: dict[tuple[str, str], Any] = field(default_factory=dict)
     # All-reduce runs' weights and peers, by run id: edgelab.allreduce.
     peers: dict[str, Any] = field(default_factory=dict)
-    # What a compressor with error feedback has not sent yet, by run id (edgelab.sync.compress).
-    residuals: dict[str, Any] = field(default_factory=dict)
+    # What a compressor with error feedback has not sent yet, by run id (edgelab.sync.compress):
+    # (round, the residual before it, the residual after it).
+    residuals: dict[str, tuple[int, Any, Any]] = field(default_factory=dict)
     # Users' models handed over with the data (load_shard), by digest: rounds name them only.
     user_models: dict[str, UserModelPayload] = field(default_factory=dict)
     # How long each kind of direct call last took here: a short one runs on the event loop (run()).
@@ -582,9 +583,12 @@ def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights) -> Any:
     from edgelab.sync.compress import compress_with_feedback
 
     rng = np.random.default_rng([task.seed, task.device_index, task.round])
-    encoded, rt.residuals[task.run_id] = compress_with_feedback(
-        task.compressor, delta, rt.residuals.get(task.run_id), rng
-    )
+    kept = rt.residuals.get(task.run_id)
+    # A round run again (a device was lost mid-round) starts from the residual its first try started from:
+    # folding the cut try's leftover in as well would count it twice.
+    start = None if kept is None else kept[1] if kept[0] == task.round else kept[2]
+    encoded, after = compress_with_feedback(task.compressor, delta, start, rng)
+    rt.residuals[task.run_id] = (task.round, start, after)
     return encoded
 
 

@@ -44,7 +44,6 @@ from edgelab.device_model import for_profile as device_model_for
 from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
-from edgelab.model_costs import weight_count
 from edgelab.models import ModelSpec
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
@@ -171,11 +170,13 @@ def train(
         raise ConfigError(
             "transport", transport, f"a synchronous strategy (ps_sync, end_average), not strategy={cfg.strategy!r}"
         )
-    if transport == "allreduce" and (cfg.compressor != "none" or cfg.client_fraction != 1.0 or cfg.deadline != "none"):
+    if transport == "allreduce" and (cfg.client_fraction != 1.0 or cfg.deadline != "none"):
+        # A compressor is fine: the devices all-gather their encoded updates (edgelab.allreduce).
         raise ConfigError(
             "transport",
             transport,
-            "'direct' or 'scheduler' with a compressor, a deadline or client_fraction < 1 (all-reduce sums all)",
+            "'direct' or 'scheduler' with a deadline or client_fraction < 1 (all-reduce averages every device's "
+            f"update every round; got deadline={cfg.deadline!r}, client_fraction={cfg.client_fraction})",
         )
     compressor = cfg.compression
     # With a memory budget the device measures each step against it; the estimate is only informative then.
@@ -261,7 +262,9 @@ def train(
     try:
         # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.wire).
         weights = Flat(*pack(fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))))
-        ring = Ring(fleet, run_id, devices, weights, strategy) if transport == "allreduce" else None
+        ring = (
+            Ring(fleet, run_id, devices, weights, strategy, compressor=compressor) if transport == "allreduce" else None
+        )
         t_train = time.perf_counter()
         if isinstance(strategy, ParameterServerAsync):
             model = device_model or _device_model(cluster)
@@ -539,12 +542,9 @@ def _train_async(
         for n, k in zip(_shard_sizes(cfg, dataset), steps, strict=True)
     ]
     per_device = [[x for _ in range(cfg.epochs) for x in row] for row in samples]
-    compute = [[float(model.compute_s(cfg.model, 1, x)) for x in row] for row in per_device]
-    profile = cluster.profile
-    payload = weight_count(cfg.model) * 4
-    local = [i == 0 and topology.master_is_device for i in range(len(devices))]
-    link = [async_schedule.link_seconds(payload, profile.link_bytes_per_s, profile.latency_s, local=x) for x in local]
-    plan = async_schedule.simulate(compute, link, link, topology)
+    plan = async_schedule.run_schedule(
+        cfg.model, per_device, device_model=model, profile=cluster.profile, topology=topology
+    )
     # Each update's pull: once the updates before its pulled version are applied, its device gets those weights.
     pulls_at: dict[int, list[int]] = {}
     for row in plan.itertuples():
