@@ -180,3 +180,33 @@ def test_patterns_on_real_workers_match_the_simulation_and_count_real_bytes(
     assert by.at["ring", "total_bytes"] == by.at["tree", "total_bytes"] == 2 * 2 * g
     assert by.at["gossip", "mean_error"] > 0  # three steps of gossip do not give the exact mean
     assert exp.link_matrix(plan, runs, 3, "ps")[:3, 3].tolist() == [g, g, g]
+
+
+def _traffic_by_formula(ns: list[int], servers: int, g: int = 1000) -> object:
+    """The bytes each pattern moves, as the formulas give them (PS sharded over ``servers``)."""
+    import pandas as pd
+
+    rows = []
+    for n in ns:
+        for pattern, port, sent, total in (
+            ("ps", n * g / servers, g, 2 * n * g),
+            ("p2p", (n - 1) * g, (n - 1) * g, n * (n - 1) * g),
+            ("ring", 2 * (n - 1) / n * g, 2 * (n - 1) / n * g, 2 * (n - 1) * g),
+            ("tree", 2 * g, 2 * (n - 1) / n * g, 2 * (n - 1) * g),
+        ):
+            rows.append({"pattern": pattern, "workers": n, "max_port_bytes": port, "sent_per_worker_mean": sent,
+                         "total_bytes": total, "same_on_every_worker": True, "mean_error": 0.0})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_server_bottleneck_is_judged_where_a_sharded_server_has_one() -> None:
+    # Two shards and two workers: each shard's port carries one worker's bytes, no bottleneck to remove
+    sharded = _traffic_by_formula([2, 4, 8], servers=2)
+    for check in (*exp.c11(sharded, servers=2), *exp.c12(sharded, servers=2)):
+        assert check.passed, check
+    # Judged as if one server held it all, the N=2 cell has no bottleneck where one is claimed
+    assert next(c for c in exp.c11(sharded, servers=1) if c.name == "server bottleneck removed").passed is False
+    assert next(c for c in exp.c12(sharded, servers=1) if c.name == "ring busiest port").passed is False
+    # With no more workers than shards anywhere there is nothing to judge the claim on
+    alone = exp.c11(_traffic_by_formula([2], servers=2), servers=2)
+    assert next(c for c in alone if c.name == "server bottleneck removed").passed is None

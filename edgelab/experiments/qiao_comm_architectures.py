@@ -311,20 +311,26 @@ def _by(table: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return table[table["pattern"] == pattern].set_index("workers").sort_index()
 
 
-def c11(table: pd.DataFrame, compressed: pd.DataFrame | None = None) -> list[verdict.Check]:
-    """qiao/C11: P2P removes the server bottleneck but raises worker traffic (and, with ``compressed``, its remedy)."""
+def c11(table: pd.DataFrame, compressed: pd.DataFrame | None = None, *, servers: int = 1) -> list[verdict.Check]:
+    """qiao/C11: P2P removes the server bottleneck but raises worker traffic (and, with ``compressed``, its remedy).
+
+    A PS of ``servers`` shards has a bottleneck only with more workers than shards (each shard's port carries
+    N/S workers' bytes): the bottleneck check is judged at those N, and says so.
+    """
     ps, p2p = _by(table, "ps"), _by(table, "p2p")
     ns = list(ps.index)
     # A bottleneck is one port far busier than the workers': PS's server against its workers, P2P's busiest against its.
     ps_skew = ps["max_port_bytes"] / ps["sent_per_worker_mean"]
     p2p_skew = p2p["max_port_bytes"] / p2p["sent_per_worker_mean"]
     more = p2p["sent_per_worker_mean"] / ps["sent_per_worker_mean"]
+    bottlenecked = ps_skew.index > servers
     return [
         verdict.Check(
             "server bottleneck removed",
-            bool((p2p_skew == 1).all() and (ps_skew > 1).all()),
+            bool((p2p_skew == 1).all() and (ps_skew[bottlenecked] > 1).all()) if bottlenecked.any() else None,
             ", ".join(f"N={n}: PS busiest port {ps_skew[n]:.2g}x a worker's, P2P {p2p_skew[n]:.2g}x" for n in ns),
-            "P2P's busiest port carries what every worker does (1x); PS's server port more (> 1x)",
+            f"P2P's busiest port carries what every worker does (1x); PS's server port more (> 1x) where N > "
+            f"{servers} server shard(s) (with no more workers than shards no port carries more than a worker's)",
             f"PS server port {_megabytes(ps['max_port_bytes'])} MB, P2P busiest {_megabytes(p2p['max_port_bytes'])} MB",
         ),
         verdict.Check(
@@ -341,8 +347,11 @@ def _megabytes(values: pd.Series) -> str:
     return ", ".join(f"{v / 1e6:.2f}" for v in values)
 
 
-def c12(table: pd.DataFrame) -> list[verdict.Check]:
-    """qiao/C12: AllReduce lowers traffic relative to PS and P2P (and every worker ends with the same average)."""
+def c12(table: pd.DataFrame, *, servers: int = 1) -> list[verdict.Check]:
+    """qiao/C12: AllReduce lowers traffic relative to PS and P2P (and every worker ends with the same average).
+
+    The busiest-port comparison with PS is judged where PS has a bottleneck, N > ``servers`` (see ``c11``).
+    """
     ps, p2p = _by(table, "ps"), _by(table, "p2p")
     checks = []
     for pattern in ("ring", "tree"):
@@ -359,12 +368,14 @@ def c12(table: pd.DataFrame) -> list[verdict.Check]:
         )
     ring = _by(table, "ring")
     port_ps, port_p2p = ring["max_port_bytes"] / ps["max_port_bytes"], ring["max_port_bytes"] / p2p["max_port_bytes"]
+    bottlenecked = port_ps.index > servers
     checks.append(
         verdict.Check(
             "ring busiest port",
-            bool((port_ps < 1).all() and (port_p2p <= 1).all()),
+            bool((port_ps[bottlenecked] < 1).all() and (port_p2p <= 1).all()) if bottlenecked.any() else None,
             ", ".join(f"N={n}: {port_ps[n]:.3g}x PS's, {port_p2p[n]:.3g}x P2P's" for n in ring.index),
-            "the ring's busiest port carries less than PS's server and at most P2P's busiest",
+            f"the ring's busiest port carries less than PS's server where N > {servers} server shard(s), and at "
+            "most P2P's busiest",
         )
     )
     reduce = table[table["pattern"].isin(collectives.ALLREDUCE_PATTERNS)]

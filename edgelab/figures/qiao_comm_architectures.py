@@ -173,9 +173,10 @@ def render(
     common = {"data_source": data_source(first["dataset"]), "clock": CLOCK, "notebook": notebook,
               "parameters": parameters}  # fmt: skip
     compressed = exp.compression(plan, stored)
-    c11 = verdict.decide(exp.c11(table, compressed), fitted=[], predicted=[f"N={n}" for n in ns],
+    c11 = verdict.decide(exp.c11(table, compressed, servers=p.servers), fitted=[],
+                         predicted=[f"N={n}" for n in ns], noise="bytes are exact")  # fmt: skip
+    c12 = verdict.decide(exp.c12(table, servers=p.servers), fitted=[], predicted=[f"N={n}" for n in ns],
                          noise="bytes are exact")  # fmt: skip
-    c12 = verdict.decide(exp.c12(table), fitted=[], predicted=[f"N={n}" for n in ns], noise="bytes are exact")
     volume = exp.volume(plan, table, vector_bytes)
     formulas = verdict.decide(exp.comm_volume(volume), fitted=[], predicted=[f"N={n}" for n in ns],
                               noise="bytes are exact")  # fmt: skip
