@@ -530,6 +530,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
         raise ShardMissingError(rt.device, task.run_id)
     received = nbytes(weights)
     rt.bytes_received += received
+    pulled = weights  # what the round started from (several local epochs reassign ``weights``)
     model = rt.model(task.spec)
 
     # Each device walks its data in its own seeded order, fresh every epoch.
@@ -553,7 +554,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
     sent = dense
     if task.compressor is not None:
         cpu_c = time.process_time()
-        delta = _compress(rt, task, delta.arrays)
+        delta = _compress(rt, task, delta.arrays, loss, pulled)
         cpu_s += time.process_time() - cpu_c  # the device compresses: its time is the device's
         sent = serialized_bytes(delta)
     rt.bytes_sent += sent
@@ -578,8 +579,11 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
     return delta, record
 
 
-def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights) -> Any:
-    """The round's delta as ``task.compressor`` sends it, with the residual it keeps on this device."""
+def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights, loss: float, weights: Weights) -> Any:
+    """The round's delta as ``task.compressor`` sends it, with the state it keeps on this device.
+
+    ``loss`` is the round's training loss and ``weights`` what it started from (eSGD chooses by them).
+    """
     from edgelab.sync.compress import compress_with_feedback
 
     rng = np.random.default_rng([task.seed, task.device_index, task.round])
@@ -587,7 +591,7 @@ def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights) -> Any:
     # A round run again (a device was lost mid-round) starts from the residual its first try started from:
     # folding the cut try's leftover in as well would count it twice.
     start = None if kept is None else kept[1] if kept[0] == task.round else kept[2]
-    encoded, after = compress_with_feedback(task.compressor, delta, start, rng)
+    encoded, after = compress_with_feedback(task.compressor, delta, start, rng, loss=loss, weights=weights)
     rt.residuals[task.run_id] = (task.round, start, after)
     return encoded
 

@@ -24,8 +24,8 @@ from edgelab.train import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update"]
-# (compressor, devices): sign, top-k and DGC on two devices, top-k on three (all-gather to two peers each)
-CASES = [("sign_ef", 2), ("topk:0.1", 2), ("dgc:0.1:0.9", 2), ("topk:0.1", 3)]
+# (compressor, devices): sign, top-k, DGC and eSGD on two devices, top-k on three (all-gather to two peers each)
+CASES = [("sign_ef", 2), ("topk:0.1", 2), ("dgc:0.1:0.9", 2), ("esgd:0.1", 2), ("topk:0.1", 3)]
 QUIET = {"log": lambda _: None}
 
 

@@ -289,3 +289,44 @@ def test_dgc_at_full_density_sends_each_delta_as_it_is(momentum: float) -> None:
         encoded, state = compress_with_feedback(c, delta, state, np.random.default_rng(t))
         for got, want in zip(c.decode(encoded), delta, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_esgd_draws_its_first_coordinates_by_weight_size() -> None:
+    # Prepare: half the weights large, half next to zero
+    c = _build("esgd:0.1")
+    weights = [np.where(np.arange(1000) % 2 == 0, 1.0, 1e-6).astype(np.float32)]
+
+    encoded, (residual, index, loss) = c.compress(_delta([(1000,)]), None, np.random.default_rng(0), loss=1.0,
+                                                  weights=weights)  # fmt: skip
+
+    assert len(index) == kept_count(0.1, 1000) == 100
+    assert np.mean(index % 2 == 0) >= 0.99  # drawn with probability proportional to |w|
+    assert loss == 1.0 and encoded.arrays[0] is index
+
+
+def test_esgd_keeps_its_coordinates_while_the_loss_falls_and_draws_anew_when_it_does_not() -> None:
+    c, rng = _build("esgd:0.05"), np.random.default_rng(1)
+    weights = _delta(LENET_MLP, 9)
+    first, state = c.compress(_delta(LENET_MLP, 0), None, rng, loss=2.0, weights=weights)
+    second, state = c.compress(_delta(LENET_MLP, 1), state, rng, loss=1.5, weights=weights)
+    third, state = c.compress(_delta(LENET_MLP, 2), state, rng, loss=1.6, weights=weights)
+
+    np.testing.assert_array_equal(first.arrays[0], second.arrays[0])  # the loss fell: the same coordinates
+    assert not np.array_equal(second.arrays[0], third.arrays[0])  # it rose: a new draw
+    assert [a.size for a in third.arrays] == [a.size for a in _build("topk:0.05").encode(weights, rng).arrays]
+
+
+def test_esgd_keeps_what_it_did_not_send_exactly() -> None:
+    c, rng = _build("esgd:0.01"), np.random.default_rng(2)
+    weights, residual = _delta(LENET_MLP, 7), _delta(LENET_MLP, 8)
+    delta = _delta(LENET_MLP, 3)
+
+    encoded, (kept, _, _) = c.compress(delta, (residual, None, None), rng, loss=1.0, weights=weights)
+
+    for sent, left, d, r in zip(c.decode(encoded), kept, delta, residual, strict=True):
+        np.testing.assert_array_equal(sent + left, d + r)
+
+
+def test_esgd_needs_the_weights_to_draw() -> None:
+    with pytest.raises(ValueError, match="weights"):
+        _build("esgd:0.1").compress(_delta(LENET_MLP), None, np.random.default_rng(0), loss=1.0)

@@ -46,7 +46,7 @@ EXPERIMENT = "qiao_grad_compression"
 MEASUREMENT_REVISION = 1
 #: The schemes of each id, fp32 (``"none"``) first in both.
 QUANT = ("none", "sign", "sign_ef", "terngrad", "terngrad_noclip", "qsgd:1", "qsgd:2", "qsgd:4", "qsgd:16")
-SPARSIFY = ("none", "topk:0.1", "topk:0.01", "topk:0.001", "randomk:0.1")
+SPARSIFY = ("none", "topk:0.1", "topk:0.01", "topk:0.001", "dgc:0.01:0.9", "esgd:0.01", "randomk:0.1")
 #: The run that samples real fp32 deltas on one device (density, random-k check).
 GRADIENTS = "gradients"
 #: Largest shares of a delta's coordinates whose share of its squared norm is reported.

@@ -268,14 +268,16 @@ def render(
     sparse = sparsify_verdict(summary, density, check)
     table = _scheme_table(summary, exp.SPARSIFY)
     md = [
-        f"# {SPARSIFY_ID}: top-k with local accumulation and random-k in Sync-SGD",
+        f"# {SPARSIFY_ID}: top-k with local accumulation, DGC, an eSGD-like rule and random-k in Sync-SGD",
         "",
         "The survey (l. 297): gradients are sparse, so only significant ones need sending (DGC [78] sends those "
-        "above a threshold and accumulates the rest locally); [79] drops gradients at random and scales the kept ones "
+        "above a threshold and accumulates the rest locally); ESGD [77] keeps its coordinates while the loss falls "
+        "and otherwise draws them at random by weight value; [79] drops gradients at random and scales the kept ones "
         "up to stay unbiased. No values. Here top-k keeps the ceil(density x n) largest |x| of each tensor and "
-        "accumulates the rest in the device's residual (no momentum correction or warm-up, which DGC adds); random-k "
-        "keeps each coordinate with probability p and sends x/p (the mask travels as a seed). ESGD's loss-driven "
-        "rule is not run.",
+        "accumulates the rest in the device's residual; `dgc` adds DGC's momentum correction and momentum factor "
+        "masking (momentum on the devices; no warm-up); `esgd` keeps last round's coordinates while the device's "
+        "loss falls, else draws as many by |weight|, the rest in its residual; random-k keeps each coordinate with "
+        "probability p and sends x/p (the mask travels as a seed).",
         "",
         _setup(plan, budget),
         "",

@@ -21,6 +21,12 @@ Papers (surveyed by Qiao et al., qiao/method-grad-quant and qiao/method-grad-spa
   velocity ``u <- m u + delta`` and accumulates ``v <- v + u``; top-k of ``v``
   is sent, and both ``u`` and ``v`` are cleared where it was. Momentum then
   lives on the devices: leave the server's ``momentum`` at 0.
+* ``esgd:<density>``: a rule after eSGD (Tao and Li, "eSGD: Communication
+  Efficient Distributed Deep Learning on the Edge", HotEdge 2018) as the
+  survey describes it: while the device's training loss falls it sends the
+  same coordinates as last round; when the loss does not fall it draws new
+  ones at random with probability proportional to |weight|. The values are
+  the accumulated delta there; the rest stays in the residual.
 * ``randomk:<density>``: Wangni et al., "Gradient Sparsification for
   Communication-Efficient Distributed Optimization", NeurIPS 2018
   (arxiv.org/abs/1710.09854): each coordinate kept with probability p and
@@ -37,6 +43,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +61,7 @@ COMPRESSORS = (
     "qsgd:<s>",
     "topk:<density>",
     "dgc:<density>:<momentum>",
+    "esgd:<density>",
     "randomk:<density>",
 )
 #: TernGrad clips each layer at this many standard deviations before ternarizing (Wen et al., section 3.3).
@@ -103,6 +111,28 @@ class Compressor(ABC):
     def decode(self, encoded: Encoded) -> NDArrays:
         """The arrays ``encoded`` stands for: the shapes and dtypes ``encode`` was given."""
 
+    def compress(
+        self,
+        delta: NDArrays,
+        state: Any,
+        rng: np.random.Generator,
+        *,
+        loss: float | None = None,
+        weights: NDArrays | None = None,
+    ) -> tuple[Encoded, Any]:
+        """Encode a round's ``delta`` from the ``state`` the device kept; the encoded update and the new state.
+
+        The state is the residual under error feedback: ``delta + residual -
+        decode(encoded)``, what was meant but not sent (``None`` without error
+        feedback). ``loss`` (the round's training loss) and ``weights`` (what the
+        round started from) are for compressors whose choice depends on them.
+        """
+        if not self.error_feedback:
+            return self.encode(list(delta), rng), None
+        target = list(delta) if state is None else [d + r for d, r in zip(delta, state, strict=True)]
+        encoded = self.encode(target, rng)
+        return encoded, [t - d for t, d in zip(target, self.decode(encoded), strict=True)]
+
 
 def build_compressor(spec: str) -> Compressor | None:
     """The compressor a spec names, or ``None`` for ``"none"``.
@@ -127,12 +157,14 @@ def build_compressor(spec: str) -> Compressor | None:
         return TernGrad(clip=spec == "terngrad")
     if kind == "qsgd" and arg.isdigit() and 1 <= int(arg) <= QSGD_MAX_LEVELS:
         return QSGD(levels=int(arg))
-    if kind in ("topk", "randomk", "dgc"):
+    if kind in ("topk", "randomk", "dgc", "esgd"):
         arg, _, second = arg.partition(":") if kind == "dgc" else (arg, "", "0")
         density, momentum = _number(arg), _number(second)
         if 0.0 < density <= 1.0 and 0.0 <= momentum < 1.0:
             if kind == "dgc":
                 return DGC(density=density, momentum=momentum, spec=spec)
+            if kind == "esgd":
+                return ESGD(density=density, spec=spec)
             return TopK(density=density, spec=spec) if kind == "topk" else RandomK(density=density, spec=spec)
     raise ConfigError("compressor", spec, allowed)
 
@@ -145,21 +177,21 @@ def _number(text: str) -> float:
 
 
 def compress_with_feedback(
-    c: Compressor, delta: NDArrays, residual: NDArrays | None, rng: np.random.Generator
-) -> tuple[Encoded, NDArrays | None]:
-    """Encode ``delta`` (plus ``residual`` when ``c`` keeps one); return it and the new residual.
+    c: Compressor,
+    delta: NDArrays,
+    residual: Any,
+    rng: np.random.Generator,
+    *,
+    loss: float | None = None,
+    weights: NDArrays | None = None,
+) -> tuple[Encoded, Any]:
+    """Encode ``delta`` from the state ``c`` keeps on the device (``Compressor.compress``); it and the new state.
 
-    The new residual is ``delta + residual - decode(encoded)``: what was meant
-    but not sent. ``None`` when ``c`` keeps no residual. DGC's residual is the
-    pair (accumulation, velocity), see ``DGC``.
+    Under plain error feedback the state is the residual, ``delta + residual -
+    decode(encoded)``: what was meant but not sent; ``None`` when ``c`` keeps
+    none. DGC's is (accumulation, velocity), eSGD's (residual, coordinates, loss).
     """
-    if isinstance(c, DGC):
-        return c.step(delta, residual, rng)  # type: ignore[arg-type]
-    if not c.error_feedback:
-        return c.encode(list(delta), rng), None
-    target = list(delta) if residual is None else [d + r for d, r in zip(delta, residual, strict=True)]
-    encoded = c.encode(target, rng)
-    return encoded, [t - d for t, d in zip(target, c.decode(encoded), strict=True)]
+    return c.compress(delta, residual, rng, loss=loss, weights=weights)
 
 
 def _flatten(arrays: NDArrays) -> tuple[np.ndarray, list[slice]]:
@@ -373,10 +405,16 @@ class DGC(TopK):
         super().__init__(density=density, spec=spec)
         self.momentum = momentum
 
-    def step(
-        self, delta: NDArrays, state: tuple[NDArrays, NDArrays] | None, rng: np.random.Generator
+    def compress(
+        self,
+        delta: NDArrays,
+        state: Any,
+        rng: np.random.Generator,
+        *,
+        loss: float | None = None,
+        weights: NDArrays | None = None,
     ) -> tuple[Encoded, tuple[NDArrays, NDArrays]]:
-        """Encode this round's ``delta`` from the kept ``state``; the encoded update and the new state."""
+        """Encode this round's ``delta`` from the kept ``(v, u)``; the encoded update and the new pair."""
         if state is None:
             velocity = list(delta)
             target = list(delta)
@@ -391,3 +429,47 @@ class DGC(TopK):
         kept = [np.where(m != 0, 0, t).astype(t.dtype) for m, t in zip(masks, target, strict=True)]
         velocity = [np.where(m != 0, 0, u).astype(u.dtype) for m, u in zip(masks, velocity, strict=True)]
         return encoded, (kept, velocity)
+
+
+class ESGD(TopK):
+    """eSGD's choice of coordinates as the survey describes it (module docstring), top-k's sizes and encoding.
+
+    Its state is ``(residual, index, loss)``: what was not sent, the
+    coordinates of the last round and that round's training loss. Each tensor
+    keeps ``kept_count`` coordinates, as top-k; a new draw is without
+    replacement, with probability proportional to ``|w| + tiny`` (a weight of 0
+    can still be drawn).
+    """
+
+    def compress(
+        self,
+        delta: NDArrays,
+        state: Any,
+        rng: np.random.Generator,
+        *,
+        loss: float | None = None,
+        weights: NDArrays | None = None,
+    ) -> tuple[Encoded, tuple[NDArrays, np.ndarray, float | None]]:
+        """Encode this round's ``delta`` (see the class docstring); ``weights`` are needed to draw anew."""
+        residual, index, last_loss = state if state is not None else (None, None, None)
+        target = list(delta) if residual is None else [d + r for d, r in zip(delta, residual, strict=True)]
+        falling = index is not None and loss is not None and last_loss is not None and loss < last_loss
+        if not falling:
+            if weights is None:
+                raise ValueError("esgd draws coordinates by |weight|: compress() needs the round's weights")
+            index = self._draw(weights, rng)
+        flat, _ = _flatten(target)
+        encoded = Encoded(self.name, *_header(target), (index, flat[index].astype(np.float32)))
+        return encoded, ([t - d for t, d in zip(target, self.decode(encoded), strict=True)], index, loss)
+
+    def _draw(self, weights: NDArrays, rng: np.random.Generator) -> np.ndarray:
+        flat, parts = _flatten(weights)
+        kept = []
+        for part in parts:
+            k = kept_count(self.density, part.stop - part.start)
+            if k:
+                p = np.abs(flat[part]) + 1e-12
+                kept.append(
+                    part.start + np.sort(rng.choice(part.stop - part.start, size=k, replace=False, p=p / p.sum()))
+                )
+        return np.concatenate(kept).astype(np.int32) if kept else np.zeros(0, np.int32)
