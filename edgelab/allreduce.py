@@ -30,6 +30,14 @@ slice by slice, so each device sends its encoding whole to its ``n - 1``
 peers, decodes all ``n`` and takes the server's step in device order, as
 sign and top-k all-reduce systems do. A round run again starts from the
 residual the device started it from (``runtime``); a restarted device has lost its own.
+Under ``"tree"`` (``mode="tree"``) the dense deltas instead go up a binomial
+tree to device 0 (device ``i`` reports to ``i`` less its lowest set bit): each
+device sends its parent its subtree's samples and sample-weighted mean delta,
+the root takes the server's step and the step is sent back down the tree. A
+leaf sends one delta and receives one step a round, a parent receives one
+delta and sends one step per child. Compressed updates are refused there (an
+encoding is not summed). Under gossip (``mode="gossip"``, ``edgelab.gossip``)
+there is no step: each device mixes its own weights with its neighbours'.
 Records add what went to peers: ``peer_bytes_sent`` (the serialized frames,
 once per peer), ``peer_bytes_received``, ``peer_messages_sent``, ``exchange``.
 """
@@ -47,11 +55,14 @@ from distributed.protocol.serialize import serialize_and_split
 
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.runtime import PEER_OP, StateMissingError
+from edgelab.sync.aggregate import apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate
 from edgelab.sync.parameter_server import ParameterServerSync
 from edgelab.wire import Layout, Packed, pack, unpack
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from edgelab.fleet import Fleet
     from edgelab.runtime import DeviceRuntime, RoundTask
     from edgelab.sync.compress import Compressor
@@ -59,6 +70,9 @@ if TYPE_CHECKING:
 #: Up to this many devices, each sends its whole delta to every other and computes the whole step:
 #: for two, the same bytes as reduce-scatter + all-gather in half the messages and one hop fewer.
 WHOLE_EXCHANGE_MAX = 2
+#: How dense deltas travel between the devices: reduce-scatter + all-gather, or up and down a binomial tree.
+#: Under "gossip" (``edgelab.gossip``) each device keeps its own weights and averages with its neighbours.
+MODES = ("ring", "tree", "gossip")
 #: How long a device waits for its peers' slices before it gives the round up.
 SLICE_TIMEOUT_S = 300.0
 
@@ -116,6 +130,8 @@ class PeerState:
     # The state this device started its last round from: a round run again starts there.
     before: tuple[int, np.ndarray, np.ndarray | None] | None = None
     compressor: Compressor | None = None  # None: dense deltas, reduce-scattered
+    mode: str = "ring"  # how dense deltas travel (MODES): reduce-scattered, up a tree, or gossiped
+    topology: list[list[int]] = field(default_factory=list)  # under "gossip": every device's neighbours
     traffic: dict[str, int] = field(default_factory=dict)  # this round's peer messages and bytes
     # Each peer's piece of a (round, phase): its samples, data and bytes on the wire.
     inbox: dict[tuple[int, str], dict[int, tuple[int, Any, int]]] = field(default_factory=dict)
@@ -142,6 +158,8 @@ async def install(
     server_learning_rate: float,
     momentum: float,
     compressor: Compressor | None = None,
+    mode: str = "ring",
+    topology: list[list[int]] | None = None,
 ) -> None:
     """Start (or restart) a run's all-reduce on this device from ``weights`` at round ``rnd``."""
     old = rt.peers.get(run_id)
@@ -161,6 +179,8 @@ async def install(
         server_learning_rate,
         momentum,
         compressor=compressor,
+        mode=mode,
+        topology=list(topology or []),
     )
 
 
@@ -201,6 +221,16 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
         # All-gather of the encoded updates: every device decodes every one and computes the whole step.
         exchange = "allgather_encoded"
         full = await _encoded_step(rt, run_id, state, rnd, samples, None if record is None else packed)
+    elif state.mode == "gossip":
+        from edgelab.gossip import average
+
+        # Each device steps its own weights, then takes the Metropolis average with its neighbours'.
+        exchange, full = "gossip", None
+        local = state.weights if record is None else _apply(state.weights, delta, state.server_learning_rate)
+        state.weights = await average(rt, run_id, state, rnd, local)
+    elif state.mode == "tree":
+        exchange = "tree"
+        full = await _tree_step(rt, run_id, state, rnd, samples, delta)
     elif n <= WHOLE_EXCHANGE_MAX:
         # Every device gets every whole delta and computes the whole step itself.
         exchange = "whole"
@@ -256,6 +286,54 @@ async def _encoded_step(
     return _server_step(state, updates, slice(None))
 
 
+def tree_links(index: int, n: int) -> tuple[int | None, list[int]]:
+    """Device ``index``'s parent (None: the root, device 0) and children in a binomial tree of ``n`` devices.
+
+    Device ``i`` reports to ``i`` less its lowest set bit, as in ``edgelab.collectives``' tree schedule.
+
+    Examples
+    --------
+    >>> [tree_links(i, 5) for i in range(5)]
+    [(None, [1, 2, 4]), (0, []), (0, [3]), (2, []), (0, [])]
+    """
+    low = index & -index  # the root's lowest set bit is "infinite": every power of two below n is a child
+    children = [index + 2**k for k in range(max(n, 1).bit_length()) if (index == 0 or 2**k < low) and index + 2**k < n]
+    return (None if index == 0 else index - low), children
+
+
+def subtree_mean(pieces: list[tuple[int, np.ndarray | None]]) -> tuple[int, np.ndarray | None]:
+    """The samples and sample-weighted mean delta of a subtree, from its devices' (samples, mean delta) pieces."""
+    usable = [(s, d) for s, d in pieces if s > 0]
+    if not usable:
+        return 0, None
+    samples = sum(s for s, _ in usable)
+    return samples, weighted_mean([[d] for _, d in usable], [s for s, _ in usable])[0]
+
+
+async def _tree_step(
+    rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, samples: int, delta: np.ndarray
+) -> np.ndarray | None:
+    """Reduce the subtrees' mean deltas up the tree to device 0, which takes the server's step; broadcast it down.
+
+    Up, each device waits for its children's (samples, mean delta) and sends
+    its parent the mean over its subtree; the root computes the step in the
+    order own, children (``ParameterServerSync.server_step``), so with every
+    child a leaf (three devices or fewer) it is the parameter server's
+    arithmetic bit for bit; deeper trees round each subtree's mean once more.
+    """
+    parent, children = tree_links(state.index, len(state.addresses))
+    got = await collect_pieces(rt, state, rnd, "up", children)
+    pieces = [(samples, delta if samples > 0 else None)] + [got[c][:2] for c in children]
+    if parent is not None:
+        await send_pieces(rt, run_id, state, rnd, "up", {parent: subtree_mean(pieces)})
+        step = (await collect_pieces(rt, state, rnd, "down", [parent]))[parent][1]
+    else:
+        updates = [DeviceUpdate(str(k), [d], s) for k, (s, d) in enumerate(pieces) if s > 0]
+        step = _server_step(state, updates, slice(None))
+    await send_pieces(rt, run_id, state, rnd, "down", dict.fromkeys(children, (0, step)))
+    return step
+
+
 def _server_step(state: PeerState, updates: list[DeviceUpdate], mine: slice) -> np.ndarray | None:
     """``ParameterServerSync.server_step`` over the updates' part ``mine``, from this device's momentum."""
     server = ParameterServerSync(momentum=state.momentum, server_learning_rate=state.server_learning_rate)
@@ -266,8 +344,6 @@ def _server_step(state: PeerState, updates: list[DeviceUpdate], mine: slice) -> 
 
 def _apply(weights: np.ndarray, step: np.ndarray, scale: float) -> np.ndarray:
     # apply_delta's arithmetic, on the flat vector
-    from edgelab.sync.aggregate import apply_delta
-
     return apply_delta([weights], [step], scale=scale)[0]
 
 
@@ -280,38 +356,61 @@ async def _exchange(
     outgoing: dict[int, tuple[int, np.ndarray | None]],
 ) -> dict[int, tuple[int, Any, int]]:
     """Send ``outgoing[j]`` to device ``j`` and wait for every device's piece for this one, by device index."""
-    key = (rnd, phase)
-    inbox = state.inbox.setdefault(key, {})
-    samples, data = outgoing[state.index]
-    inbox[state.index] = (samples, data, 0)
+    state.inbox.setdefault((rnd, phase), {})[state.index] = (*outgoing[state.index], 0)
+    sent = send_pieces(rt, run_id, state, rnd, phase, outgoing)
+    try:
+        pieces = await collect_pieces(rt, state, rnd, phase, range(len(state.addresses)))
+    except RoundAbandoned:
+        sent.cancel()
+        raise
+    await sent
+    return pieces
+
+
+def send_pieces(
+    rt: DeviceRuntime,
+    run_id: str,
+    state: PeerState,
+    rnd: int,
+    phase: str,
+    outgoing: dict[int, tuple[int, Any]],
+) -> asyncio.Future[Any]:
+    """Start sending ``outgoing[j]`` to each peer ``j`` (not this device), counting the traffic; await the result."""
     # Each piece serialized once, however many peers it goes to (an all-gather's goes to all n - 1).
     wire: dict[int, tuple[Serialized | None, int]] = {}  # by the piece's id
     sends = []
-    for j, address in enumerate(state.addresses):
+    for j, (samples, piece) in outgoing.items():
         if j == state.index:
             continue
-        piece = outgoing[j][1]
         if id(piece) not in wire:
             wire[id(piece)] = _serialized(piece)
         frames, nbytes = wire[id(piece)]
         state.traffic["peer_bytes_sent"] += nbytes
         state.traffic["peer_messages_sent"] += 1
         sends.append(
-            getattr(rt._worker.rpc(address), PEER_OP)(
+            getattr(rt._worker.rpc(state.addresses[j]), PEER_OP)(
                 reply=False,  # no acknowledgement: a peer that is gone is found by the client
                 run_id=run_id,
                 token=state.token,
                 rnd=rnd,
                 phase=phase,
                 src=state.index,
-                samples=outgoing[j][0],
+                samples=samples,
                 data=frames,
                 nbytes=nbytes,
             )
         )
-    sent = asyncio.gather(*sends)
+    return asyncio.gather(*sends)
+
+
+async def collect_pieces(
+    rt: DeviceRuntime, state: PeerState, rnd: int, phase: str, sources: Iterable[int]
+) -> dict[int, tuple[int, Any, int]]:
+    """Wait for the pieces of ``(rnd, phase)`` from every device of ``sources``: by device index."""
+    key, wanted = (rnd, phase), set(sources)
+    inbox = state.inbox.setdefault(key, {})
     deadline = asyncio.get_running_loop().time() + SLICE_TIMEOUT_S
-    while len(inbox) < len(state.addresses) and not state.abandoned:
+    while not wanted <= inbox.keys() and not state.abandoned:
         state.arrived.clear()
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
@@ -320,11 +419,9 @@ async def _exchange(
             await asyncio.wait_for(state.arrived.wait(), remaining)
         except TimeoutError:
             break
-    if state.abandoned or len(inbox) < len(state.addresses):
-        sent.cancel()
-        missing = sorted(set(range(len(state.addresses))) - set(inbox))
+    if state.abandoned or not wanted <= inbox.keys():
+        missing = sorted(wanted - inbox.keys())
         raise RoundAbandoned(f"device {rt.device}: round {rnd} {phase} ended without slices from devices {missing}")
-    await sent
     pieces = state.inbox.pop(key)
     state.traffic["peer_bytes_received"] += sum(nbytes for _, _, nbytes in pieces.values())
     return pieces
@@ -379,7 +476,8 @@ class Ring:
     ``round`` runs inside ``Fleet.attempt``: a round cut by a lost device is
     run again, after the state it started from is read from a surviving
     device and installed on every device (the revived one at its new address).
-    With a ``compressor`` the devices all-gather their encoded updates.
+    With a ``compressor`` the devices all-gather their encoded updates; with
+    ``mode="tree"`` the deltas go up a binomial tree and the step comes down it.
     """
 
     def __init__(
@@ -391,10 +489,16 @@ class Ring:
         strategy: ParameterServerSync,
         *,
         compressor: Compressor | None = None,
+        mode: str = "ring",
     ) -> None:
         check_weights(weights)
+        if mode not in MODES:
+            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+        if mode == "tree" and compressor is not None:
+            raise ConfigError("compressor", compressor, "none under transport='tree' (encoded updates do not sum)")
         self.fleet, self.run_id, self.devices, self.strategy = fleet, run_id, list(devices), strategy
-        self.compressor = compressor
+        self.compressor, self.mode = compressor, mode
+        self.topology: list[list[int]] | None = None  # under "gossip" (edgelab.gossip.GossipRing): the neighbours
         # The client's copy of the state at the start of round `held` (weights None: not held).
         self.weights: list[np.ndarray] | None = weights
         self.velocity: np.ndarray | None = None
@@ -425,14 +529,16 @@ class Ring:
             self.held = rnd
         return self.weights
 
+    def _install_states(self, rnd: int) -> list[tuple[list[np.ndarray], np.ndarray | None]]:
+        """What each device starts round ``rnd`` from: here, the one global state, read from a survivor if not held."""
+        weights = self.weights_at(rnd)
+        return [(weights, self.velocity)] * len(self.devices)
+
     def _install(self, rnd: int) -> None:
-        if self.weights is not None and self.held == rnd:
-            weights, velocity = self.weights, self.velocity
-        else:
-            weights, velocity = self._state_at(rnd)
+        states = self._install_states(rnd)
         self.token += 1
         addresses = [self.fleet.addresses[d] for d in self.devices]
-        packed = Packed(weights)
+        packed = {id(w): Packed(w) for w, _ in states}  # the same weights packed once for every device
         calls = {
             d: self.fleet.direct(
                 d,
@@ -442,11 +548,13 @@ class Ring:
                 i,
                 addresses,
                 rnd,
-                packed,
-                velocity,
+                packed[id(states[i][0])],
+                states[i][1],
                 self.strategy.server_learning_rate,
                 self.strategy.momentum,
                 self.compressor,
+                self.mode,
+                self.topology,
             )
             for i, d in enumerate(self.devices)
         }
@@ -454,7 +562,6 @@ class Ring:
         for call in calls.values():
             call.result()
         self.installed = dict(zip(self.devices, addresses, strict=True))
-        self.weights, self.velocity, self.held = weights, velocity, rnd
 
     def _state_at(self, rnd: int) -> tuple[list[np.ndarray], np.ndarray | None]:
         survivors = [d for d in self.devices if self.installed.get(d) == self.fleet.addresses[d]]

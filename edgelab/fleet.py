@@ -52,8 +52,9 @@ T = TypeVar("T")
 #: worker on Dask's comms (``Fleet.direct``); ``"scheduler"``, the weights scattered, a task
 #: scheduled and its result gathered (``send``, ``submit``, ``gather``); ``"allreduce"``, the devices
 #: average among themselves and the client sends only tasks (``edgelab.allreduce``; synchronous
-#: strategies). Results are the same, bit for bit.
-TRANSPORTS = ("direct", "scheduler", "allreduce")
+#: strategies); ``"tree"``, the same with the deltas reduced up a binomial tree and the step sent down
+#: it. Results are the same, bit for bit (``"tree"``: up to three devices; deeper trees round subtree means).
+TRANSPORTS = ("direct", "scheduler", "allreduce", "tree")
 # How often a wait looks at the scheduler's view of the workers.
 POLL_S = 0.5
 # How long a device may take to come back after its worker died (the nanny restarts it).

@@ -44,6 +44,7 @@ from edgelab.device_model import for_profile as device_model_for
 from edgelab.errors import ConfigError, DeviceOutOfMemory
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
+from edgelab.gossip import GossipRing, build_topology
 from edgelab.models import ModelSpec
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
@@ -161,22 +162,36 @@ def train(
     the host's wall time, never the result. Under ``"allreduce"`` (synchronous
     strategies only) the weights live on the devices: a round cut by a lost
     device runs again from a surviving device's copy, and a run whose devices
-    are all lost at once raises ``WorkerLostError``.
+    are all lost at once raises ``WorkerLostError``; ``"tree"`` is the same
+    with the deltas reduced up a binomial tree and the step broadcast down it.
+    ``strategy="gossip"`` runs on ``"allreduce"`` only: each device averages
+    its own weights with its neighbours' (``edgelab.gossip``), evaluations and
+    ``TrainRun.weights`` are the devices' mean, and a lost device is brought
+    back with its surviving neighbours' mean.
     """
     if transport not in TRANSPORTS:
         raise ConfigError("transport", transport, f"one of {', '.join(TRANSPORTS)}")
     strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
-    if transport == "allreduce" and (not isinstance(strategy, ParameterServerSync) or strategy.asynchronous):
+    if cfg.strategy == "gossip" and transport != "allreduce":
+        raise ConfigError(
+            "transport", transport, "'allreduce' under strategy='gossip' (each device holds its own weights)"
+        )
+    peer_to_peer = transport in ("allreduce", "tree")
+    if peer_to_peer and (not isinstance(strategy, ParameterServerSync) or strategy.asynchronous):
         raise ConfigError(
             "transport", transport, f"a synchronous strategy (ps_sync, end_average), not strategy={cfg.strategy!r}"
         )
-    if transport == "allreduce" and (cfg.client_fraction != 1.0 or cfg.deadline != "none"):
+    if peer_to_peer and (cfg.client_fraction != 1.0 or cfg.deadline != "none"):
         # A compressor is fine: the devices all-gather their encoded updates (edgelab.allreduce).
         raise ConfigError(
             "transport",
             transport,
             "'direct' or 'scheduler' with a deadline or client_fraction < 1 (all-reduce averages every device's "
             f"update every round; got deadline={cfg.deadline!r}, client_fraction={cfg.client_fraction})",
+        )
+    if transport == "tree" and cfg.compressor != "none":
+        raise ConfigError(
+            "transport", transport, f"dense updates (a tree sums its deltas; got compressor={cfg.compressor!r})"
         )
     compressor = cfg.compression
     # With a memory budget the device measures each step against it; the estimate is only informative then.
@@ -262,9 +277,13 @@ def train(
     try:
         # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.wire).
         weights = Flat(*pack(fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))))
-        ring = (
-            Ring(fleet, run_id, devices, weights, strategy, compressor=compressor) if transport == "allreduce" else None
-        )
+        if cfg.strategy == "gossip":
+            # No global model: each device keeps its own weights; evaluations read their mean (edgelab.gossip).
+            graph = build_topology(cfg.gossip_topology, cfg.n_devices, cfg.seed)
+            ring = GossipRing(fleet, run_id, devices, weights, strategy, topology=graph)
+        elif peer_to_peer:
+            mode = "tree" if transport == "tree" else "ring"
+            ring = Ring(fleet, run_id, devices, weights, strategy, compressor=compressor, mode=mode)
         t_train = time.perf_counter()
         if isinstance(strategy, ParameterServerAsync):
             model = device_model or _device_model(cluster)
@@ -346,8 +365,9 @@ def train(
             at = epoch // span
             evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, at)
             scores = fleet.attempt("evaluate", at, evaluate)
+            spread = {"consensus_spread": ring.spread} if isinstance(ring, GossipRing) else {}
             evaluations.append(
-                {"epoch": epoch + span, "rounds": rnd, **scores, "eval_wall_s": time.perf_counter() - t_eval}
+                {"epoch": epoch + span, "rounds": rnd, **scores, **spread, "eval_wall_s": time.perf_counter() - t_eval}
             )
         weights = held(weights, rnd)
         train_wall = time.perf_counter() - t_train

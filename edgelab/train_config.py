@@ -42,6 +42,7 @@ _LEFT_OUT_AT = {
     "deadline": "none",
     "late": "drop",
     "slowdown": (),
+    "gossip_topology": "ring",
 }
 
 
@@ -97,7 +98,11 @@ class TrainConfig:
     momentum
         Momentum the parameter server keeps across rounds (0 = none).
     strategy
-        Synchronization strategy (``edgelab.sync.STRATEGIES``).
+        Synchronization strategy (``edgelab.sync.STRATEGIES``; ``"gossip"`` has no server, see ``gossip_topology``).
+    gossip_topology
+        Under ``strategy="gossip"``, whom each device averages with
+        (``edgelab.gossip``): ``"ring"``, or ``"random:<degree>"`` (each device
+        draws ``degree`` neighbours with ``seed``; links are undirected).
     eval_every
         Evaluate the global weights every this many applied updates (rounds
         when synchronous), besides after each epoch; None: after each epoch only.
@@ -133,6 +138,7 @@ class TrainConfig:
     deadline: str = "none"
     late: str = "drop"
     slowdown: tuple[float, ...] = ()
+    gossip_topology: str = "ring"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str | UserModel):
@@ -197,9 +203,23 @@ class TrainConfig:
         if self.strategy == "ps_async" and self.deadline != "none":
             raise ConfigError("deadline", self.deadline, "'none' under strategy='ps_async' (it never waits)")
         self.compression  # noqa: B018 - validates the compressor's name and level now
+        self._check_gossip()
         if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
             raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
         self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
+
+    def _check_gossip(self) -> None:
+        if self.strategy != "gossip":
+            if self.gossip_topology != "ring":
+                raise ConfigError("gossip_topology", self.gossip_topology, "'ring' unless strategy='gossip'")
+            return
+        from edgelab.gossip import build_topology  # only for gossip runs: it imports the device runtime
+
+        build_topology(self.gossip_topology, self.n_devices, self.seed)  # unknown or unconnected: refused here
+        if self.momentum:
+            raise ConfigError("momentum", self.momentum, "0 under strategy='gossip' (no server keeps a velocity)")
+        if self.compressor != "none":
+            raise ConfigError("compressor", self.compressor, "'none' under strategy='gossip' (weights go whole)")
 
     @property
     def spec(self) -> ModelSpec:

@@ -31,7 +31,7 @@ def test_resnet_bad_input_names_the_parameter(kwargs: dict, parameter: str) -> N
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [
-        ({"strategies": ["ps_async", "gossip"]}, "strategies"),
+        ({"strategies": ["ps_async", "gossip"]}, "strategies"),  # a strategy, but not one of the paper's
         ({"devices": 0}, "devices"),
         ({"eval_every": 0}, "eval_every"),
     ],
