@@ -55,6 +55,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "sign_ef": ({"compressor": "sign_ef"}, "direct"),
     "qsgd:4": ({"compressor": "qsgd:4"}, "direct"),
     "topk:0.01": ({"compressor": "topk:0.01"}, "direct"),
+    "dgc:0.01:0.9": ({"compressor": "dgc:0.01:0.9"}, "direct"),
+    "esgd:0.01": ({"compressor": "esgd:0.01"}, "direct"),
+    "allreduce_sign_ef": ({"compressor": "sign_ef"}, "allreduce"),
+    "tree": ({}, "tree"),
+    "gossip_ring": ({"strategy": "gossip"}, "allreduce"),
     "local_sgd_h4": ({"sync_period": 4}, "direct"),
     "fedavg_c0.5": ({"client_fraction": 0.5}, "direct"),
 }
@@ -71,6 +76,10 @@ def cell(run: TrainRun) -> dict[str, float]:
         "host_ms_per_round": 1e3 * wall / rounds,
         "sent_bytes_per_device_round": float(run.records["bytes_sent"].median()),
         "received_bytes_per_device_round": float(run.records["bytes_received"].median()),
+        # Device to device (all-reduce, tree, gossip): what each device sent its peers, serialized.
+        "peer_bytes_per_device_round": float(run.records["peer_bytes_sent"].median())
+        if "peer_bytes_sent" in run.records
+        else 0.0,
         "devices_per_round": float(run.records.groupby("round").size().median()),
         "final_accuracy": float(run.evaluations["accuracy"].iloc[-1]),
     }
@@ -133,22 +142,24 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{host['benchmark_wall_s'] / 60:.1f} min in all.",
         "",
         "| devices | variant | rounds/s | samples/s | / ps_sync | host ms/round | sent B/device/round | "
-        "/ ps_sync | received B/device/round | devices/round | accuracy |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "/ ps_sync | received B/device/round | to peers B/device/round | devices/round | accuracy |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["summary"]:
         lines.append(
             f"| {r['devices']} | {r['variant']} | {r['rounds_per_s']:.1f} | {r['samples_per_s']:.0f} | "
             f"{r['samples_per_s_vs_ps']:.2f} | {r['host_ms_per_round']:.1f} | "
             f"{r['sent_bytes_per_device_round']:,.0f} | {r['sent_vs_ps']:.3f} | "
-            f"{r['received_bytes_per_device_round']:,.0f} | {r['devices_per_round']:.0f} | "
+            f"{r['received_bytes_per_device_round']:,.0f} | {r.get('peer_bytes_per_device_round', 0):,.0f} | "
+            f"{r['devices_per_round']:.0f} | "
             f"{r['final_accuracy']:.3f} |"
         )
     lines += [
         "",
         "Sent bytes are what a device's update takes on the wire (Dask's serialization of the delta, or of the "
-        "compressor's payload); under all-reduce a device also sends and receives slices to and from its peers, "
-        "which these columns (the client's view) do not show: see `bench_sync.py` part A for its round costs.",
+        "compressor's payload), as the parameter server sees it; where devices exchange among themselves "
+        "(all-reduce, tree, gossip) `to peers` is what each device really sent its peers in a round (header and "
+        "frames, once per peer).",
         "",
     ]
     return "\n".join(lines)

@@ -2,8 +2,8 @@
 
 The sharpest check: the built-in LeNet-MLP's own architecture, handed over as a
 user's builder, trains to the very same weights, bit for bit, under every
-synchronization path (parameter server, all-reduce, asynchronous, local SGD,
-a client fraction, a compressor). Then a model unlike any built-in (logits
+synchronization path (parameter server, all-reduce, tree, gossip,
+asynchronous, local SGD, a client fraction, a compressor). Then a model unlike any built-in (logits
 out, its own compiled loss, a channel axis) learns; a handed-over model's
 weights are where training starts; its costs match the built-in counts; and
 bad models are refused before any cluster work.
@@ -101,6 +101,9 @@ def test_a_model_of_two_outputs_is_refused() -> None:
         ({}, "direct"),
         ({}, "scheduler"),
         ({}, "allreduce"),
+        ({}, "tree"),
+        ({"strategy": "gossip"}, "allreduce"),
+        ({"compressor": "sign_ef"}, "allreduce"),
         ({"strategy": "ps_async"}, "direct"),
         ({"sync_period": 2}, "direct"),
         ({"client_fraction": 0.5}, "direct"),
