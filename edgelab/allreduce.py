@@ -40,6 +40,7 @@ encoding is not summed). Under gossip (``mode="gossip"``, ``edgelab.gossip``)
 there is no step: each device mixes its own weights with its neighbours'.
 Records add what went to peers: ``peer_bytes_sent`` (the serialized frames,
 once per peer), ``peer_bytes_received``, ``peer_messages_sent``, ``exchange``.
+The messages themselves travel by ``edgelab.peer_messages``.
 """
 
 from __future__ import annotations
@@ -48,21 +49,17 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import numpy as np
-from distributed.protocol import Serialized
-from distributed.protocol.serialize import serialize_and_split
 
 from edgelab.errors import ConfigError, WorkerLostError
-from edgelab.runtime import PEER_OP, StateMissingError
+from edgelab.peer_messages import RoundAbandoned, collect_pieces, exchange, send_pieces
+from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate
 from edgelab.sync.parameter_server import ParameterServerSync
 from edgelab.wire import Layout, Packed, pack, unpack
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from edgelab.fleet import Fleet
     from edgelab.runtime import DeviceRuntime, RoundTask
     from edgelab.sync.compress import Compressor
@@ -73,8 +70,6 @@ WHOLE_EXCHANGE_MAX = 2
 #: How dense deltas travel between the devices: reduce-scatter + all-gather, or up and down a binomial tree.
 #: Under "gossip" (``edgelab.gossip``) each device keeps its own weights and averages with its neighbours.
 MODES = ("ring", "tree", "gossip")
-#: How long a device waits for its peers' slices before it gives the round up.
-SLICE_TIMEOUT_S = 300.0
 
 
 class PeerStateMissingError(StateMissingError):
@@ -86,10 +81,6 @@ class PeerStateMissingError(StateMissingError):
 
     def __str__(self) -> str:
         return f"device {self.device} holds no all-reduce state of run {self.run_id}; its worker restarted"
-
-
-class RoundAbandoned(RuntimeError):
-    """The client installed a new state while this device waited for its peers (a peer was lost)."""
 
 
 def slice_bounds(length: int, n: int) -> list[int]:
@@ -219,31 +210,31 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
 
     if state.compressor is not None:
         # All-gather of the encoded updates: every device decodes every one and computes the whole step.
-        exchange = "allgather_encoded"
+        how = "allgather_encoded"
         full = await _encoded_step(rt, run_id, state, rnd, samples, None if record is None else packed)
     elif state.mode == "gossip":
         from edgelab.gossip import average
 
         # Each device steps its own weights, then takes the Metropolis average with its neighbours'.
-        exchange, full = "gossip", None
+        how, full = "gossip", None
         local = state.weights if record is None else _apply(state.weights, delta, state.server_learning_rate)
         state.weights = await average(rt, run_id, state, rnd, local)
     elif state.mode == "tree":
-        exchange = "tree"
+        how = "tree"
         full = await _tree_step(rt, run_id, state, rnd, samples, delta)
     elif n <= WHOLE_EXCHANGE_MAX:
         # Every device gets every whole delta and computes the whole step itself.
-        exchange = "whole"
+        how = "whole"
         full = await _step(rt, run_id, state, rnd, "whole", samples, [delta] * n, slice(None))
     else:
-        exchange = "reduce_scatter"
+        how = "reduce_scatter"
         # Reduce-scatter: each owner gets its slice of every delta and computes the step for it;
         # all-gather: every device gets every owner's slice of the step.
         bounds = slice_bounds(delta.size, n)
         mine = slice(bounds[state.index], bounds[state.index + 1])
         parts = [delta[bounds[j] : bounds[j + 1]] for j in range(n)]
         own = await _step(rt, run_id, state, rnd, "reduce", samples, parts, mine)
-        slices = await _exchange(rt, run_id, state, rnd, "gather", {j: (0, own) for j in range(n)})
+        slices = await exchange(rt, run_id, state, rnd, "gather", {j: (0, own) for j in range(n)})
         full = None if slices[0][1] is None else np.concatenate([slices[k][1] for k in range(n)])
     if full is not None:  # None: no device trained on anything, and the weights do not move
         state.weights = _apply(state.weights, full, state.server_learning_rate)
@@ -251,7 +242,7 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
             state.velocity = full
     state.round = rnd + 1
     if record is not None:
-        record.update(state.traffic, exchange=exchange)
+        record.update(state.traffic, exchange=how)
     return record
 
 
@@ -266,7 +257,7 @@ async def _step(
     mine: slice,
 ) -> np.ndarray | None:
     """Send device ``j`` ``outgoing[j]``, then compute the server's step on this device's part, ``mine``."""
-    pieces = await _exchange(rt, run_id, state, rnd, phase, {j: (samples, p) for j, p in enumerate(outgoing)})
+    pieces = await exchange(rt, run_id, state, rnd, phase, {j: (samples, p) for j, p in enumerate(outgoing)})
     return _server_step(state, [DeviceUpdate(str(k), [pieces[k][1]], pieces[k][0]) for k in range(len(pieces))], mine)
 
 
@@ -276,7 +267,7 @@ async def _encoded_step(
     """Send this device's encoded update (None: it trained nothing) to every peer; the step over all, decoded."""
     assert state.compressor is not None
     n = len(state.addresses)
-    pieces = await _exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
+    pieces = await exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
     # Decoded as the parameter server decodes (edgelab.train._decoded), flattened in the weights' order.
     updates = [
         DeviceUpdate(str(k), [np.concatenate([a.ravel() for a in state.compressor.decode(data)])], got)
@@ -345,115 +336,6 @@ def _server_step(state: PeerState, updates: list[DeviceUpdate], mine: slice) -> 
 def _apply(weights: np.ndarray, step: np.ndarray, scale: float) -> np.ndarray:
     # apply_delta's arithmetic, on the flat vector
     return apply_delta([weights], [step], scale=scale)[0]
-
-
-async def _exchange(
-    rt: DeviceRuntime,
-    run_id: str,
-    state: PeerState,
-    rnd: int,
-    phase: str,
-    outgoing: dict[int, tuple[int, np.ndarray | None]],
-) -> dict[int, tuple[int, Any, int]]:
-    """Send ``outgoing[j]`` to device ``j`` and wait for every device's piece for this one, by device index."""
-    state.inbox.setdefault((rnd, phase), {})[state.index] = (*outgoing[state.index], 0)
-    sent = send_pieces(rt, run_id, state, rnd, phase, outgoing)
-    try:
-        pieces = await collect_pieces(rt, state, rnd, phase, range(len(state.addresses)))
-    except RoundAbandoned:
-        sent.cancel()
-        raise
-    await sent
-    return pieces
-
-
-def send_pieces(
-    rt: DeviceRuntime,
-    run_id: str,
-    state: PeerState,
-    rnd: int,
-    phase: str,
-    outgoing: dict[int, tuple[int, Any]],
-) -> asyncio.Future[Any]:
-    """Start sending ``outgoing[j]`` to each peer ``j`` (not this device), counting the traffic; await the result."""
-    # Each piece serialized once, however many peers it goes to (an all-gather's goes to all n - 1).
-    wire: dict[int, tuple[Serialized | None, int]] = {}  # by the piece's id
-    sends = []
-    for j, (samples, piece) in outgoing.items():
-        if j == state.index:
-            continue
-        if id(piece) not in wire:
-            wire[id(piece)] = _serialized(piece)
-        frames, nbytes = wire[id(piece)]
-        state.traffic["peer_bytes_sent"] += nbytes
-        state.traffic["peer_messages_sent"] += 1
-        sends.append(
-            getattr(rt._worker.rpc(state.addresses[j]), PEER_OP)(
-                reply=False,  # no acknowledgement: a peer that is gone is found by the client
-                run_id=run_id,
-                token=state.token,
-                rnd=rnd,
-                phase=phase,
-                src=state.index,
-                samples=samples,
-                data=frames,
-                nbytes=nbytes,
-            )
-        )
-    return asyncio.gather(*sends)
-
-
-async def collect_pieces(
-    rt: DeviceRuntime, state: PeerState, rnd: int, phase: str, sources: Iterable[int]
-) -> dict[int, tuple[int, Any, int]]:
-    """Wait for the pieces of ``(rnd, phase)`` from every device of ``sources``: by device index."""
-    key, wanted = (rnd, phase), set(sources)
-    inbox = state.inbox.setdefault(key, {})
-    deadline = asyncio.get_running_loop().time() + SLICE_TIMEOUT_S
-    while not wanted <= inbox.keys() and not state.abandoned:
-        state.arrived.clear()
-        remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            break
-        try:
-            await asyncio.wait_for(state.arrived.wait(), remaining)
-        except TimeoutError:
-            break
-    if state.abandoned or not wanted <= inbox.keys():
-        missing = sorted(wanted - inbox.keys())
-        raise RoundAbandoned(f"device {rt.device}: round {rnd} {phase} ended without slices from devices {missing}")
-    pieces = state.inbox.pop(key)
-    state.traffic["peer_bytes_received"] += sum(nbytes for _, _, nbytes in pieces.values())
-    return pieces
-
-
-def _serialized(value: Any) -> tuple[Serialized | None, int]:
-    """``value`` serialized as Dask's comms send it (uncompressed: Dask's default), and its bytes: header and frames."""
-    if value is None:
-        return None, 0
-    header, frames = serialize_and_split(value, on_error="raise")
-    size = len(msgpack.dumps(header, use_bin_type=True)) + sum(memoryview(f).nbytes for f in frames)
-    return Serialized(header, frames), size
-
-
-async def receive(
-    rt: DeviceRuntime,
-    run_id: str,
-    token: int,
-    rnd: int,
-    phase: str,
-    src: int,
-    samples: int,
-    data: Any,
-    nbytes: int = 0,
-) -> str:
-    """A peer's piece for this device (the ``PEER_OP`` handler); an older installation's is dropped."""
-    state = rt.peers.get(run_id)
-    if state is None or token != state.token:
-        return "dropped"
-    state.inbox.setdefault((rnd, phase), {})[src] = (samples, data, nbytes)
-    state.arrived.set()
-    return "OK"
 
 
 def _state(rt: DeviceRuntime, run_id: str) -> PeerState:

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgelab.allreduce import PeerState, Ring, RoundAbandoned, collect_pieces, send_pieces
+from edgelab.allreduce import PeerState, Ring
 from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.peer_messages import RoundAbandoned, collect_pieces, send_pieces
 from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import weighted_mean
 

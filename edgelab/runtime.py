@@ -259,7 +259,7 @@ class DeviceRuntime(WorkerPlugin):
 
     async def _peer(self, **piece: Any) -> str:
         """A peer device's piece of an all-reduce round (``edgelab.allreduce.receive``)."""
-        from edgelab.allreduce import receive
+        from edgelab.peer_messages import receive
 
         return await receive(self, **piece)
 

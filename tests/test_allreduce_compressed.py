@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.allreduce import _serialized
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.data import Dataset
 from edgelab.errors import ConfigError
 from edgelab.faults import Kill
+from edgelab.peer_messages import serialized
 from edgelab.sync.compress import build_compressor
 from edgelab.train import TrainConfig, TrainRun, train
 
@@ -83,7 +83,7 @@ def test_each_device_sends_its_encoded_update_once_to_each_peer(
     codec = build_compressor(compressor)
     assert codec is not None
     zeros = [np.zeros_like(w) for w in runs[case]["direct"].weights]
-    message = _serialized(codec.encode(zeros, np.random.default_rng(0)))[1]
+    message = serialized(codec.encode(zeros, np.random.default_rng(0)))[1]
 
     # Assert: an all-gather, n - 1 messages of exactly that size each way, a small part of the dense delta
     assert set(records["exchange"]) == {"allgather_encoded"}

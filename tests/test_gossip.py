@@ -19,12 +19,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from edgelab.allreduce import _serialized
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.data import Dataset
 from edgelab.errors import ConfigError
 from edgelab.faults import Kill
 from edgelab.gossip import build_topology, metropolis_row, mix
+from edgelab.peer_messages import serialized
 from edgelab.train import TrainConfig, TrainRun, train
 
 QUIET = {"log": lambda _: None}
@@ -173,7 +173,7 @@ def test_each_device_sends_its_weights_once_to_each_neighbour(
 ) -> None:
     # Prepare: the bytes of the weights on the wire
     records = runs[name].records
-    message = _serialized(np.zeros(sum(w.size for w in runs[name].weights), np.float32))[1]
+    message = serialized(np.zeros(sum(w.size for w in runs[name].weights), np.float32))[1]
     degree = records["device_index"].map(lambda i: degrees[i])
 
     assert set(records["exchange"]) == {"gossip"}

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.allreduce import _serialized, subtree_mean, tree_links
+from edgelab.allreduce import subtree_mean, tree_links
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.data import Dataset
 from edgelab.errors import ConfigError
 from edgelab.faults import Kill
+from edgelab.peer_messages import serialized
 from edgelab.sync.aggregate import weighted_mean
 from edgelab.train import TrainConfig, TrainRun, train
 
@@ -115,7 +116,7 @@ def test_each_device_sends_and_receives_one_delta_or_step_per_tree_link(
     n, _ = case
     records = runs[case]["tree"].records
     n_params = sum(w.size for w in runs[case]["direct"].weights)
-    message = _serialized(np.zeros(n_params, np.float32))[1]
+    message = serialized(np.zeros(n_params, np.float32))[1]
     links = records["device_index"].map(lambda i: 1 + len(tree_links(i, n)[1]) - (i == 0))
 
     # Assert: a leaf sends its delta up and receives the step; the root receives and sends one per child
