@@ -45,6 +45,8 @@ from edgelab.errors import ConfigError
 
 #: The all-reduce patterns: every worker ends with the exact mean (to float rounding).
 ALLREDUCE_PATTERNS = ("ps", "p2p", "ring", "tree")
+#: An average further than this from the numpy mean (relative to its largest magnitude) is more than float error.
+MEAN_TOLERANCE = 1e-5
 PATTERNS = (*ALLREDUCE_PATTERNS, "gossip")
 TOPOLOGIES = ("ring", "random")
 

@@ -44,8 +44,6 @@ EXPERIMENT = "qiao_comm_architectures"
 MEASUREMENT_REVISION = 1
 PROFILES = ("smoke", "full")
 DEVICES = ("pi3b", "pi4b")
-#: Averages further than this from the numpy mean (relative to its largest magnitude) are float error no more.
-MEAN_TOLERANCE = 1e-5
 
 FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
@@ -379,14 +377,15 @@ def c12(table: pd.DataFrame, *, servers: int = 1) -> list[verdict.Check]:
         )
     )
     reduce = table[table["pattern"].isin(collectives.ALLREDUCE_PATTERNS)]
-    same = bool(reduce["same_on_every_worker"].all() and (reduce["mean_error"] <= MEAN_TOLERANCE).all())
+    same = bool(reduce["same_on_every_worker"].all() and (reduce["mean_error"] <= collectives.MEAN_TOLERANCE).all())
     checks.append(
         verdict.Check(
             "identical averages",
             same,
             f"largest error against the numpy mean {reduce['mean_error'].max():.2g} (relative); every worker holds "
             f"the same bits: {bool(reduce['same_on_every_worker'].all())}",
-            f"PS, P2P, ring and tree give every worker the same average, within {MEAN_TOLERANCE:g} of the mean",
+            f"PS, P2P, ring and tree give every worker the same average, "
+            f"within {collectives.MEAN_TOLERANCE:g} of the mean",
         )
     )
     return checks
