@@ -44,17 +44,27 @@ def cifar10_dir(shared_data_dir: Path) -> Path:
     return shared_data_dir
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
-    """Two emulated pi3b devices in their own worker processes (a module may define its own)."""
+def _emulated(n: int) -> Iterator[DeviceCluster]:
     with pytest.MonkeyPatch.context() as mp:
         # Never attach to a scheduler named by the environment.
         mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(2, dashboard_address="127.0.0.1:0")
+        started = connect(n, dashboard_address="127.0.0.1:0")
     try:
         yield started
     finally:
         started.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DeviceCluster]:
+    """Two emulated pi3b devices in their own worker processes (a module may define its own)."""
+    yield from _emulated(2)
+
+
+@pytest.fixture(scope="module")
+def three_devices() -> Iterator[DeviceCluster]:
+    """Three emulated pi3b devices, for a module whose ``cluster`` is this one (runs of two use the first two)."""
+    yield from _emulated(3)
 
 
 @pytest.fixture(scope="module")

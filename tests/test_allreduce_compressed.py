@@ -8,13 +8,11 @@ decodes all of them in device order and takes the parameter server's step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset
 from edgelab.errors import ConfigError
 from edgelab.faults import Kill
@@ -34,15 +32,9 @@ def _cfg(compressor: str, n_devices: int) -> TrainConfig:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
+def cluster(three_devices: DeviceCluster) -> DeviceCluster:
     """Three emulated pi3b devices (runs of two use the first two)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(3, dashboard_address="127.0.0.1:0")
-    try:
-        yield started
-    finally:
-        started.close()
+    return three_devices
 
 
 @pytest.fixture(scope="module")

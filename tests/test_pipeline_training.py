@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import DeviceCluster
 from edgelab.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(3, dashboard_address="127.0.0.1:0")
-    try:
-        yield started
-    finally:
-        started.close()
+def cluster(three_devices: DeviceCluster) -> DeviceCluster:
+    """Three emulated pi3b devices (runs of two use the first two)."""
+    return three_devices
 
 
 def _mlp() -> object:

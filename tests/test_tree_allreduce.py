@@ -11,14 +11,12 @@ arithmetic of a five-device tree is checked without a cluster, within 1e-6.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from edgelab.allreduce import subtree_mean, tree_links
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset
 from edgelab.errors import ConfigError
 from edgelab.faults import Kill
@@ -38,15 +36,9 @@ def _cfg(n_devices: int, momentum: float) -> TrainConfig:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[DeviceCluster]:
+def cluster(three_devices: DeviceCluster) -> DeviceCluster:
     """Three emulated pi3b devices (runs of two use the first two)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("EDGELAB_SCHEDULER", raising=False)
-        started = connect(3, dashboard_address="127.0.0.1:0")
-    try:
-        yield started
-    finally:
-        started.close()
+    return three_devices
 
 
 @pytest.fixture(scope="module")
