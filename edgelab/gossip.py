@@ -35,7 +35,7 @@ import numpy as np
 
 from edgelab.allreduce import PeerState, Ring
 from edgelab.errors import ConfigError, WorkerLostError
-from edgelab.peer_messages import RoundAbandoned, collect_pieces, send_pieces
+from edgelab.peer_messages import exchange
 from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import weighted_mean
 
@@ -98,13 +98,7 @@ def mix(row: dict[int, float], vectors: dict[int, np.ndarray]) -> np.ndarray:
 async def average(rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, mine: np.ndarray) -> np.ndarray:
     """Send ``mine`` (this device's weights after its round) to its neighbours; their Metropolis average."""
     near = state.topology[state.index]
-    sent = send_pieces(rt, run_id, state, rnd, "gossip", dict.fromkeys(near, (0, mine)))
-    try:
-        got = await collect_pieces(rt, state, rnd, "gossip", near)
-    except RoundAbandoned:
-        sent.cancel()
-        raise
-    await sent
+    got = await exchange(rt, run_id, state, rnd, "gossip", dict.fromkeys(near, (0, mine)), sources=near)
     return mix(metropolis_row(state.topology, state.index), {**{j: got[j][1] for j in near}, state.index: mine})
 
 

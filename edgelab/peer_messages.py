@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgpack
-import numpy as np
 from distributed.protocol import Serialized
 from distributed.protocol.serialize import serialize_and_split
 
@@ -41,13 +40,19 @@ async def exchange(
     state: PeerState,
     rnd: int,
     phase: str,
-    outgoing: dict[int, tuple[int, np.ndarray | None]],
+    outgoing: dict[int, tuple[int, Any]],
+    sources: Iterable[int] | None = None,
 ) -> dict[int, tuple[int, Any, int]]:
-    """Send ``outgoing[j]`` to device ``j`` and wait for every device's piece for this one, by device index."""
-    state.inbox.setdefault((rnd, phase), {})[state.index] = (*outgoing[state.index], 0)
+    """Send ``outgoing[j]`` to device ``j`` and wait for the pieces of ``sources`` (None: every device), by index.
+
+    This device's own piece, if ``outgoing`` holds one, is among the pieces returned.
+    """
+    if state.index in outgoing:
+        state.inbox.setdefault((rnd, phase), {})[state.index] = (*outgoing[state.index], 0)
+    wanted = range(len(state.addresses)) if sources is None else sources
     sent = send_pieces(rt, run_id, state, rnd, phase, outgoing)
     try:
-        pieces = await collect_pieces(rt, state, rnd, phase, range(len(state.addresses)))
+        pieces = await collect_pieces(rt, state, rnd, phase, wanted)
     except RoundAbandoned:
         sent.cancel()
         raise
