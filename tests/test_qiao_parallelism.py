@@ -21,6 +21,9 @@ SMALL = {
     "sample_limit": 256,
     "test_limit": 100,
     "pipeline_batch": 16,
+    "oversized_width": 256,  # small enough for the test: the memory claim is judged on made-up tables below
+    "oversized_depth": 2,
+    "oversized_stages": 2,
 }
 
 
@@ -47,6 +50,9 @@ def done(cluster: DeviceCluster, tmp_path_factory: pytest.TempPathFactory) -> tu
         ({"slowdowns": [0.5]}, "slowdowns"),
         ({"pipeline_steps": 1}, "pipeline_steps"),  # the first batch is a warm-up: nothing would be measured
         ({"device_profile": "pi4b"}, "device_profile"),  # no fitted device model to time the steps
+        ({"oversized_stages": 1}, "oversized_stages"),  # a single worker is not a split
+        ({"oversized_depth": 2, "oversized_stages": 4}, "oversized_stages"),  # more stages than dense layers
+        ({"oversized_depth": -1}, "oversized_depth"),
         ({"unknown": 1}, "unknown"),
     ],
 )
@@ -143,3 +149,47 @@ def test_render_writes_both_items_with_verdicts(done: tuple[exp.Plan, list[Store
         assert all(Path(f).is_file() for f in item.files)
         assert item.status in ("reproduced", "differs", "not judged") and item.why
     assert np.isfinite(exp.model_summary(plan, stored)["utilisation"]).all()
+
+
+def test_the_split_trains_the_single_workers_weights_bit_for_bit(done: tuple[exp.Plan, list[StoredRun]]) -> None:
+    plan, stored = done
+    table = exp.oversized_summary(plan, stored)
+    assert sorted(table["K"].unique()) == [1, 2]
+    assert table["same_weights"].all() and (table["max_abs_diff"] == 0).all()
+    # Every weight of the MLP sits on exactly one worker of each run.
+    wide = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+    assert (table.groupby("K")["parameters"].sum() == wide).all()
+    split = table[table["K"] == 2]
+    assert len(split) == 2 and set(split["device"]) == {"pi3b-0", "pi3b-1"}
+    # Counted: weights and gradients, plus the batch's kept input and layer outputs (the classifier's last stage).
+    last = split.iloc[-1]
+    outputs = sum(c.output_bytes for c in plan.oversized_costs[plan.oversized_cuts[2].stages[-1].first :])
+    kept = plan.oversized_cuts[2].stages[0].output_bytes
+    assert last["counted_bytes"] == 8 * last["parameters"] + 16 * (kept + outputs)
+    if table["rss_rise_bytes"].notna().all():  # Linux: measured on every worker, far within the Pi's budget here
+        assert (table["rss_rise_bytes"] > 0).all() and table["fits"].all()
+        assert figures.oversized_check(plan, table).passed is None  # fits one device: nothing to show
+
+
+def _oversized_table(single: float, split: list[float], same: bool = True, diff: float = 0.0) -> pd.DataFrame:
+    rows = [{"K": 1, "rss_rise_bytes": single, "same_weights": True, "max_abs_diff": 0.0}]
+    rows += [{"K": len(split), "rss_rise_bytes": r, "same_weights": same, "max_abs_diff": diff} for r in split]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    ("table", "passed"),
+    [
+        (_oversized_table(900, [400, 390]), True),
+        (_oversized_table(900, [400, 800]), False),  # one worker of the split over the budget
+        (_oversized_table(900, [400, 390], same=False, diff=1e-3), False),  # the split trained something else
+        (_oversized_table(900, [400, 390], same=False, diff=1e-7), True),  # float rounding only
+        (_oversized_table(700, [400, 390]), None),  # fits one device: nothing to show
+        (_oversized_table(900, [400, float("nan")]), None),  # a peak not measured
+    ],
+)
+def test_too_big_for_one_device_check(done: tuple[exp.Plan, list[StoredRun]], table: pd.DataFrame,
+                                      passed: bool | None) -> None:  # fmt: skip
+    plan, _ = done  # pi3b: a 724 MiB training budget
+    mib = table.assign(rss_rise_bytes=table["rss_rise_bytes"] * 2**20)
+    assert figures.oversized_check(plan, mib).passed is passed

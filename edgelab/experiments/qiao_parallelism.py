@@ -11,6 +11,16 @@ activations and gradients between stages and what each worker holds at its
 peak (qiao/C28). The split is layer-wise (inter-layer): the survey's l.221
 describes an intra-layer split whose workers could run at once (qiao/P10).
 
+qiao/C28's second test, a model too big for one device: a wide MLP
+(``wide_mlp``) trains one mini-batch on a single worker and split into
+``oversized_stages`` stages, each worker's peak resident memory measured
+above where the run found it. The device's memory is the profile's training
+budget (``DeviceProfile.training_budget_mb``: its RAM less the OS and the
+framework); the host has more, so the single worker's run is measured, not
+refused, and shows what a real device could not hold. The split runs first,
+on workers that never held the whole model, so no worker reuses memory the
+single worker's run freed.
+
 fig3-1, data parallelism: LeNet-MLP on MNIST shards over N devices, under
 ``ps_sync`` and ``ps_async`` (``edgelab.train``, as ``park2020_async`` runs
 them), timed on the profile's device model (``edgelab.device_model``). The
@@ -24,6 +34,7 @@ asynchronous runs are not trained again: their accuracy is not known.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +53,7 @@ from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.experiments.qiao_pipeline_training import FOUR_BLOCKS, four_blocks
 from edgelab.pipeline import training_clock
-from edgelab.pipeline.partition import Partition, layer_costs, partition
+from edgelab.pipeline.partition import LayerCost, Partition, layer_costs, partition
 from edgelab.pipeline.training import train_pipelined
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
@@ -52,6 +63,9 @@ EXPERIMENT = "qiao_parallelism"
 MEASUREMENT_REVISION = 1
 STRATEGIES = ("ps_sync", "ps_async")
 DATA_MODEL = "mlp"  # LeNet-MLP: fig3-1's network on every device
+
+#: qiao/C28's model too big for one device: hidden layers of ``width`` units (see ``wide_mlp``).
+WIDE_MLP = "wide_mlp"
 
 FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
@@ -80,6 +94,9 @@ class ParallelismParams:
     device_profile: str = "pi3b"
     learning_rate: float = 0.05
     repeats: int = 1
+    oversized_width: int = 4096  # qiao/C28: units of each hidden layer of the model too big for one device
+    oversized_depth: int = 5  # its hidden layers (0: no such run)
+    oversized_stages: int = 4  # the split it trains in
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -94,7 +111,8 @@ class ParallelismParams:
         if not self.slowdowns or any(isinstance(s, bool) or not isinstance(s, int | float) or s < 1
                                      for s in self.slowdowns):  # fmt: skip
             raise ConfigError("slowdowns", self.slowdowns, "a list of numbers >= 1 (1: no straggler)")
-        for name, least in (("pipeline_batch", 1), ("pipeline_steps", 2), ("batch_size", 1), ("repeats", 1)):
+        for name, least in (("pipeline_batch", 1), ("pipeline_steps", 2), ("batch_size", 1), ("repeats", 1),
+                            ("oversized_width", 1), ("oversized_depth", 0)):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, value, f"an integer >= {least}")
@@ -104,11 +122,24 @@ class ParallelismParams:
             )
         if not 0 < self.learning_rate < 10:
             raise ConfigError("learning_rate", self.learning_rate, "a number in (0, 10)")
+        k = self.oversized_stages
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= min(8, self.oversized_depth + 1):
+            if self.oversized_depth:
+                raise ConfigError("oversized_stages", k, f"an integer from 2 to {min(8, self.oversized_depth + 1)} "
+                                  "(at most one stage per dense layer)")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ModelRun:
     """fig3-2: the network in ``n_stages`` consecutive stages, one batch in flight."""
+
+    n_stages: int
+    repeat: int = 0
+
+
+@dataclass(frozen=True)
+class OversizedRun:
+    """qiao/C28: the model too big for one device, on one worker (``n_stages`` 1) or split, one mini-batch."""
 
     n_stages: int
     repeat: int = 0
@@ -129,10 +160,12 @@ class Plan(harness.Plan):
 
     params: ParallelismParams
     profile: DeviceProfile
-    runs: list[ModelRun | DataRun]
+    runs: list[ModelRun | OversizedRun | DataRun]
     dataset: Dataset
     cuts: dict[int, Partition]
     device_model: DeviceModel = field(repr=False)
+    oversized_cuts: dict[int, Partition] = field(default_factory=dict)  # the wide MLP's, single worker (1) included
+    oversized_costs: list[LayerCost] = field(default_factory=list, repr=False)  # the wide MLP's layers
 
     @property
     def stage_counts(self) -> list[int]:
@@ -151,7 +184,12 @@ class Plan(harness.Plan):
             seed=p.seed,
         )
 
-    def run_params(self, run: ModelRun | DataRun) -> dict[str, Any]:
+    def oversized_model(self) -> Any:
+        """The wide MLP of qiao/C28's second test, with this plan's seed."""
+        p = self.params
+        return wide_mlp(p.oversized_width, p.oversized_depth, seed=p.seed)
+
+    def run_params(self, run: ModelRun | OversizedRun | DataRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         p, d = self.params, self.dataset
         common = {
@@ -164,6 +202,17 @@ class Plan(harness.Plan):
         }
         if isinstance(run, DataRun):
             return {**common, "kind": "data", "train": self.config(run).to_dict()}
+        if isinstance(run, OversizedRun):
+            return {
+                **common,
+                "kind": "oversized",
+                "model": f"{WIDE_MLP}:{p.oversized_width}x{p.oversized_depth}",
+                "stages": [list(s.layers) for s in self.oversized_cuts[run.n_stages].stages],
+                "batch_size": p.pipeline_batch,
+                "steps": 1,
+                "learning_rate": p.learning_rate,
+                "seed": p.seed,
+            }
         return {
             **common,
             "kind": "model",
@@ -175,14 +224,18 @@ class Plan(harness.Plan):
             "seed": p.seed,
         }
 
-    def devices_needed(self, runs: list[ModelRun | DataRun]) -> int:
+    def devices_needed(self, runs: list[ModelRun | OversizedRun | DataRun]) -> int:
         """One device per stage or per shard, whichever is more."""
-        return max(r.n_stages if isinstance(r, ModelRun) else r.devices for r in runs)
+        return max(r.devices if isinstance(r, DataRun) else r.n_stages for r in runs)
 
-    def execute(self, cluster: DeviceCluster, run: ModelRun | DataRun, context: dict[str, Any]) -> Outcome:
-        """Train one run: the split network, or the shards."""
+    def execute(
+        self, cluster: DeviceCluster, run: ModelRun | OversizedRun | DataRun, context: dict[str, Any]
+    ) -> Outcome:
+        """Train one run: the split network, the model too big for one device, or the shards."""
         if isinstance(run, ModelRun):
             return self._model_parallel(cluster, run, context)
+        if isinstance(run, OversizedRun):
+            return self._oversized(cluster, run, context)
         result = train(cluster, self.dataset, self.config(run), device_model=self.device_model, log=lambda _: None)
         summary = {
             "cluster": context["cluster"],
@@ -225,6 +278,83 @@ class Plan(harness.Plan):
         }
         return summary, {"records": trained.records, "losses": trained.losses}
 
+    def _oversized(self, cluster: DeviceCluster, run: OversizedRun, context: dict[str, Any]) -> Outcome:
+        p = self.params
+        n = p.pipeline_batch
+        x = (self.dataset.x_train[:n].astype(np.float32) / 255.0).reshape(n, 28, 28, 1)
+        y = self.dataset.y_train[:n].astype(np.int64)
+        cut = self.oversized_cuts[run.n_stages]
+        devices = cluster.devices[: run.n_stages]
+        cluster.client.run(_start_peak_window, workers=_addresses(cluster, devices))
+        trained = train_pipelined(
+            cluster,
+            self.oversized_model,
+            x,
+            y,
+            cuts=[s.layers[-1] for s in cut.stages[:-1]],
+            batch_size=n,
+            micro_batches=1,
+            steps=1,
+            schedule="gpipe",
+            learning_rate=p.learning_rate,
+            log=lambda _: None,
+        )
+        rises = cluster.client.run(_peak_rise, workers=_addresses(cluster, devices))
+        weights = trained.full_weights()
+        summary = {
+            "calibration": context["calibration"],
+            "cluster": context["cluster"],
+            "dataset": self.dataset.provenance(),
+            "devices": trained.devices,
+            "stage_weight_bytes": {k: int(sum(w.nbytes for w in ws)) for k, ws in trained.weights.items()},
+            "rss_rise_bytes": {d["device"]: d["rise"] for d in rises.values()},
+            "weights_sha256": weights_digest(weights),
+            "host_wall_s": trained.wall_s,
+        }
+        return summary, {"records": trained.records, "losses": trained.losses, "weights": weight_sample(weights)}
+
+
+#: Every this-many-th value of each trained tensor is kept, to compare runs whose digests differ.
+SAMPLE_STRIDE = 9973
+
+
+def weights_digest(weights: list[np.ndarray]) -> str:
+    """sha256 over every tensor's float32 bytes, in order."""
+    digest = hashlib.sha256()
+    for w in weights:
+        digest.update(np.ascontiguousarray(w, np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def weight_sample(weights: list[np.ndarray]) -> pd.DataFrame:
+    """Every ``SAMPLE_STRIDE``-th value of each tensor (and its first): (tensor, position, value)."""
+    frames = []
+    for i, w in enumerate(weights):
+        flat = np.ravel(w)
+        positions = np.arange(0, flat.size, SAMPLE_STRIDE)
+        frames.append(pd.DataFrame({"tensor": i, "position": positions, "value": flat[positions].astype(np.float64)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def wide_mlp(width: int, depth: int, *, seed: int = 0) -> Any:
+    """MNIST's 784 inputs, ``depth`` ReLU layers of ``width`` units, a softmax over 10: big by its weights alone.
+
+    At 4096 x 5 it has 70.4 M weights (282 MB as float32), more than a
+    Raspberry Pi 3B's training budget holds once its gradients and the
+    framework's working copies join them. Initial weights depend on ``seed``.
+    """
+    import keras
+
+    from edgelab.seeding import seeded
+
+    with seeded(seed):
+        x = inputs = keras.Input((28, 28, 1), name="image")
+        x = keras.layers.Flatten(name="flatten")(x)
+        for i in range(depth):
+            x = keras.layers.Dense(width, activation="relu", name=f"dense_{i + 1}")(x)
+        outputs = keras.layers.Dense(10, activation="softmax", name="classifier")(x)
+        return keras.Model(inputs, outputs, name=f"{WIDE_MLP}_{width}x{depth}")
+
 
 def _addresses(cluster: DeviceCluster, devices: list[str]) -> list[str]:
     """The workers' addresses of ``devices`` (a device's worker is named after it)."""
@@ -266,9 +396,17 @@ def prepare(**kwargs: Any) -> Plan:
         )
     model = four_blocks(seed=params.seed)
     cuts = {k: partition(model, k) for k in sorted({1, *params.stages})}
-    runs: list[ModelRun | DataRun] = [ModelRun(k, r) for r in range(params.repeats) for k in cuts]
+    runs: list[ModelRun | OversizedRun | DataRun] = [ModelRun(k, r) for r in range(params.repeats) for k in cuts]
+    oversized: dict[int, Partition] = {}
+    wide_costs: list[LayerCost] = []
+    if params.oversized_depth:
+        wide = wide_mlp(params.oversized_width, params.oversized_depth, seed=params.seed)
+        oversized = {k: partition(wide, k) for k in (params.oversized_stages, 1)}
+        wide_costs = layer_costs(wide)
+        del wide
+        runs += [OversizedRun(k) for k in oversized]  # the split first: see the module's docstring
     runs += [DataRun(s, n, r) for r in range(params.repeats) for s in params.strategies for n in sorted(params.devices)]
-    plan = Plan(params, profile, runs, dataset, cuts, for_profile(profile.name))
+    plan = Plan(params, profile, runs, dataset, cuts, for_profile(profile.name), oversized, wide_costs)
     for item in runs:
         if isinstance(item, DataRun):
             check(plan.config(item), n_train=dataset.n_train, profile=profile)
@@ -371,6 +509,51 @@ def model_summary(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).sort_values(["K", "repeat"]).reset_index(drop=True)
+
+
+def oversized_summary(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """qiao/C28's second test: per run and worker, what it held (counted and measured) against the device's budget.
+
+    ``rss_rise_bytes`` is the worker's peak resident memory during the run
+    above its resident memory when the run began; ``counted_bytes`` the
+    stage's weights and gradients and, for the batch, its kept input and
+    every layer's output (as ``layer_map`` counts). ``same_weights``: the
+    trained weights' digest equals the single worker's; ``max_abs_diff`` is
+    over the kept sample of values (``weight_sample``).
+    """
+    costs = plan.oversized_costs
+    budget = plan.profile.training_budget_mb * 2**20
+    results = {k: v for k, v in harness.by_run(plan, stored).items() if isinstance(k, OversizedRun)}
+    single = next((v for k, v in results.items() if k.n_stages == 1), None)
+    rows = []
+    for key, result in sorted(results.items(), key=lambda kv: kv[0].n_stages):
+        cut = plan.oversized_cuts[key.n_stages]
+        same = diff = None
+        if single is not None:
+            same = result.summary["weights_sha256"] == single.summary["weights_sha256"]
+            mine, theirs = result.tables["weights"], single.tables["weights"]
+            diff = float(np.max(np.abs(mine["value"].to_numpy() - theirs["value"].to_numpy())))
+        rises = result.summary["rss_rise_bytes"]
+        for s, (stage, device) in enumerate(zip(cut.stages, result.summary["devices"], strict=True)):
+            kept = cut.stages[s - 1].output_bytes if s else 0
+            outputs = sum(c.output_bytes for c in costs[stage.first : stage.last + 1])
+            rise = rises.get(device)
+            rows.append(
+                {
+                    "K": key.n_stages,
+                    "stage": s + 1,
+                    "device": device,
+                    "layers": ", ".join(stage.layers),
+                    "parameters": stage.params,
+                    "counted_bytes": 2 * 4 * stage.params + plan.params.pipeline_batch * (kept + outputs),
+                    "rss_rise_bytes": rise,
+                    "budget_bytes": budget,
+                    "fits": None if rise is None else bool(rise <= budget),
+                    "same_weights": same,
+                    "max_abs_diff": diff,
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------- data parallel ----

@@ -210,7 +210,12 @@ def train_pipelined(
         work = _micro_batches(0, steps, batch_size, micro_batches)
         fleet.attempt("train", 0, lambda: _passes(fleet, chain, run_id, "1f1b", work, x, y, records, losses))
     wall_s = time.time() - t0
-    weights = {name: fleet.call(device, train_worker.stage_weights, run_id, name) for name, device in chain}
+    # Inside an attempt, a device lost now is reported as the lost stage it is, not as Dask's error.
+    weights = fleet.attempt(
+        "weights",
+        0,
+        lambda: {name: fleet.call(device, train_worker.stage_weights, run_id, name) for name, device in chain},
+    )
     fleet.attempt("release", 0, lambda: fleet.run(placed, worker.release_run, run_id), prepare=False)
     measured = pd.DataFrame(records)
     if not measured.empty:
