@@ -32,6 +32,9 @@ imports TensorFlow and edgelab once, and every device worker, restarts
 included, is a copy of it. Spawned, ten workers each import TensorFlow on two
 host cores, and the cluster took half a minute to start.
 
+Dask's own warnings and errors go to a file (``edgelab.cluster_log``), not
+to the notebook: edgelab reports lost devices and recoveries itself.
+
 ``connect(..., scheduler_address=...)`` (or ``EDGELAB_SCHEDULER``) attaches to
 a running scheduler instead, e.g. real Raspberry Pis running ``dask worker``.
 """
@@ -52,7 +55,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import get_mp_context
 
-from edgelab import runtime
+from edgelab import cluster_log, runtime
 from edgelab.devices import DeviceProfile, get_profile
 from edgelab.errors import ClusterError, ConfigError
 
@@ -292,6 +295,8 @@ def start_workers(
 
     env = _worker_env(str(cache_dir() / "keras"))
     _use_start_method(start_method, env)
+    log = cluster_log.log_path()
+    cluster_log.to_file(log)  # the scheduler's and the nannies' records: they run in this process
     # The nanny reads these when it is made, and keeps them for the worker's restarts.
     with dask.config.set(_DEVICE_WORKER_CONFIG):
         cluster = LocalCluster(
@@ -300,6 +305,7 @@ def start_workers(
             threads_per_worker=1,
             dashboard_address=dashboard_address,
             memory_limit=worker_memory_limit,
+            silence_logs=cluster_log.STDERR_LEVEL,  # the workers get it too, through new_spec's options
         )
         for name, worker in workers.items():
             threads = str(worker.tf_threads)
@@ -317,6 +323,7 @@ def start_workers(
         try:
             client.wait_for_workers(len(workers), timeout=timeout_s)
             client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
+            client.register_plugin(cluster_log.LogToFile(str(log)), name=cluster_log.PLUGIN_NAME)
         except Exception as exc:
             client.close()
             cluster.close()
@@ -327,6 +334,7 @@ def start_workers(
         "memory_limit": worker_memory_limit,
         "threads_per_worker": 1,
         "start_method": start_method,
+        "dask_log": str(log),
         MALLOC_TRIM: trim,
         ONEDNN: workers_environ(client, ONEDNN),
     }

