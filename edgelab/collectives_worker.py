@@ -36,6 +36,7 @@ from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.collectives import Schedule, apply_piece
 from edgelab.models import ModelSpec
 from edgelab.sync.compress import build_compressor
+from edgelab.user_model import UserModel, UserModelPayload
 
 PLUGIN_NAME = "edgelab-collectives"
 #: The worker handler a peer's piece of a schedule reaches.
@@ -88,20 +89,26 @@ def _plugin(worker: Any = None) -> CollectivesPlugin:
 # ------------------------------------------------------------- on devices ----
 
 
-def gradient(run_id: str, spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """A task: this device's gradient of the mean loss on its shard, flattened; kept for the run's schedules."""
+def gradient(
+    run_id: str, spec: ModelSpec, x: np.ndarray, y: np.ndarray, payload: UserModelPayload | None = None
+) -> dict[str, Any]:
+    """A task: this device's gradient of the mean loss on its shard, flattened; kept for the run's schedules.
+
+    A user's model (``spec.name`` a ``UserModel``) comes with its ``payload`` and is differentiated with its own loss.
+    """
     import tensorflow as tf
 
     from edgelab.models import build_model, prepare_images
 
     plugin = _plugin()
     if spec not in plugin.models:
-        plugin.models[spec] = build_model(spec)  # seeded: every device starts from the same weights
+        plugin.models[spec] = build_model(spec, payload)  # seeded, or the user's weights: the same on every device
     model = plugin.models[spec]
+    loss_fn = model.loss if payload is not None else tf.keras.losses.sparse_categorical_crossentropy
     start = time.process_time()
     with tf.GradientTape() as tape:
-        probabilities = model(prepare_images(spec.name, x), training=True)
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, probabilities))
+        out = model(prepare_images(spec.name, x), training=True)
+        loss = tf.reduce_mean(loss_fn(y, out))
     grads = tape.gradient(loss, model.trainable_variables)
     flat = np.concatenate([g.numpy().ravel() for g in grads])  # (parameters,) float32
     cpu_s = time.process_time() - start
@@ -232,8 +239,9 @@ class CollectiveRun:
     def gradients(self, spec: ModelSpec, shards: list[tuple[np.ndarray, np.ndarray]]) -> list[dict[str, Any]]:
         """Each worker's gradient on its shard, computed on its device (kept there for the schedules)."""
         client = self.cluster.client
+        payload = spec.name.payload if isinstance(spec.name, UserModel) else None  # a reference pickles light
         futures = [
-            client.submit(gradient, self.run_id, spec, x, y, resources={device_resource(d): 1}, pure=False)
+            client.submit(gradient, self.run_id, spec, x, y, payload, resources={device_resource(d): 1}, pure=False)
             for d, (x, y) in zip(self.workers, shards, strict=True)
         ]
         return client.gather(futures)  # type: ignore[no-any-return]

@@ -163,3 +163,47 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_cluster_work(
     five = keras.Sequential([keras.Input((28, 28)), keras.layers.Flatten(), keras.layers.Dense(5)])
     with pytest.raises(ConfigError, match="labels run 0..9"):
         train(cluster, dataset, TrainConfig(model=five), **QUIET)
+
+
+def test_the_communication_patterns_compute_a_users_gradient_like_the_built_ins(
+    cluster: DeviceCluster, dataset: Dataset
+) -> None:
+    from edgelab.collectives_worker import CollectiveRun
+    from edgelab.experiments import qiao_comm_architectures as comm
+    from edgelab.models import ModelSpec
+
+    # Prepare: the built-in MLP's own architecture as a user's builder, and a model unlike any built-in
+    same = comm.CommParams(model=builtin("mlp"), worker_counts=(2,)).model
+    tiny = comm.CommParams(model=small_convnet(), worker_counts=(2,)).model
+    assert isinstance(same, UserModel) and isinstance(tiny, UserModel)
+    shards = [(dataset.x_train[i * 8 : (i + 1) * 8], dataset.y_train[i * 8 : (i + 1) * 8]) for i in range(2)]
+
+    # Execute: each worker's gradient on its shard, as the patterns' runs compute it
+    got = {}
+    for model in ("mlp", same, tiny):
+        run = CollectiveRun(cluster, cluster.devices[:2], [])
+        try:
+            got[str(model)] = run.gradients(ModelSpec(model, seed=0), shards)
+        finally:
+            run.close()
+
+    # Assert: bit for bit the built-in's; the other model's gradient has its own size and its own loss's value
+    for a, b in zip(got["mlp"], got[str(same)], strict=True):
+        np.testing.assert_array_equal(a["gradient"], b["gradient"])
+        assert a["loss"] == b["loss"]
+    for g in got[str(tiny)]:
+        assert g["gradient"].size == weight_count(tiny) and np.isfinite(g["loss"]) and g["loss"] > 0
+
+
+def test_the_communication_experiment_keys_a_users_model_by_digest_and_refuses_one_that_does_not_fit(
+    tmp_path: object,
+) -> None:
+    from edgelab.experiments import qiao_comm_architectures as comm
+
+    plan = comm.prepare(model=builtin("mlp"), worker_counts=[2], compressors=[], data_dir=str(tmp_path))
+    key = plan.run_params(plan.runs[0])["model"]
+    assert key == str(plan.params.model) and key.split("@")[1] == plan.params.model.digest[:12]
+    wrong = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    with pytest.raises(ConfigError) as err:
+        comm.prepare(model=wrong, worker_counts=[2], compressors=[], data_dir=str(tmp_path))
+    assert err.value.parameter == "model"

@@ -39,6 +39,7 @@ from edgelab.experiments.harness import Outcome
 from edgelab.experiments.qiao_comm_compressed import CompressedRun
 from edgelab.models import MODELS, ModelSpec
 from edgelab.results import StoredRun
+from edgelab.user_model import UserModel, check_data, user_model
 
 EXPERIMENT = "qiao_comm_architectures"
 MEASUREMENT_REVISION = 1
@@ -62,7 +63,7 @@ class CommParams:
     profile: str = "smoke"
     worker_counts: tuple[int, ...] = (2, 4)
     servers: int = 1
-    model: str = "mlp"
+    model: Any = "mlp"  # a built-in name (edgelab.models), or a Keras model or a function that builds one
     batch_size: int = 32
     iterations: int = 3
     gossip_steps: int = 10
@@ -84,8 +85,11 @@ class CommParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, value, f"an integer >= {least}")
-        if self.model not in MODELS:
-            raise ConfigError("model", self.model, f"one of {', '.join(MODELS)}")
+        if isinstance(self.model, str):
+            if self.model not in MODELS:
+                raise ConfigError("model", self.model, f"one of {', '.join(MODELS)}, or a Keras model")
+        else:  # a user's model: built (under the seed), checked and digested once, here
+            object.__setattr__(self, "model", user_model(self.model, seed=self.seed))
         if self.device not in DEVICES:
             raise ConfigError("device", self.device, f"one of {', '.join(DEVICES)}")
         for n in counts:  # a disconnected gossip graph is refused here, before any cluster work
@@ -109,7 +113,8 @@ class Plan(harness.Plan):
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
             "workers": run.workers if isinstance(run, CompressedRun) else run,
-            **{k: getattr(p, k) for k in ("servers", "model", "batch_size", "iterations", "gossip_steps")},
+            "model": str(p.model),  # a user's model by name and digest
+            **{k: getattr(p, k) for k in ("servers", "batch_size", "iterations", "gossip_steps")},
             **{k: getattr(p, k) for k in ("topology", "degree", "device", "seed")},
             "dataset": {"name": d.name, "source": d.source, "n_train": d.n_train},
             "cluster": p.scheduler_address or "emulated",
@@ -120,6 +125,11 @@ class Plan(harness.Plan):
         """The most workers of any run, and the servers (when a dense run needs them)."""
         workers = max(r.workers if isinstance(r, CompressedRun) else r for r in runs)
         return workers + (self.params.servers if any(isinstance(r, int) for r in runs) else 0)
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model every worker computes its gradient with."""
+        return ModelSpec(self.params.model, seed=self.params.seed)
 
     def shards(self, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Worker i's ``batch_size`` samples (the first n shards, so a run's data does not depend on others)."""
@@ -144,7 +154,7 @@ class Plan(harness.Plan):
         servers = cluster.devices[-p.servers :]
         devices = CollectiveRun(cluster, cluster.devices[:n], servers)
         try:
-            grads = devices.gradients(ModelSpec(p.model, seed=p.seed), self.shards(n))
+            grads = devices.gradients(self.spec, self.shards(n))
             vectors = [g["gradient"] for g in grads]
             mean = np.mean(np.stack(vectors), axis=0)  # (parameters,)
             rows, links, times, gossip = [], [], [], []
@@ -224,6 +234,8 @@ def prepare(**kwargs: Any) -> Plan:
     counts = sorted(set(params.worker_counts))
     dataset = load_dataset("mnist", data_dir=params.data_dir, sample_limit=max(counts) * params.batch_size,
                            test_limit=1, seed=params.seed)  # fmt: skip
+    if isinstance(params.model, UserModel):
+        check_data(params.model, dataset.x_train.shape[1:], 10)
     runs: list[int | CompressedRun] = [*counts]
     runs += [CompressedRun(n, c) for n in counts for c in params.compressors]
     return Plan(params, dataset, get_profile(params.device), runs)

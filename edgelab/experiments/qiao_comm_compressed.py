@@ -25,7 +25,6 @@ from edgelab.cluster import DeviceCluster
 from edgelab.collectives_worker import CollectiveRun
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.models import ModelSpec
 from edgelab.results import StoredRun
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ def execute(plan: Plan, cluster: DeviceCluster, run: CompressedRun, context: dic
     p, n = plan.params, run.workers
     devices = CollectiveRun(cluster, cluster.devices[:n], [])
     try:
-        grads = devices.gradients(ModelSpec(p.model, seed=p.seed), plan.shards(n))
+        grads = devices.gradients(plan.spec, plan.shards(n))
         sizes = grads[0]["sizes"]
         executions = [devices.exchange_compressed(run.compressor, sizes, p.seed) for _ in range(p.iterations)]
     finally:

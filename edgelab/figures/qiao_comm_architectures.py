@@ -164,7 +164,7 @@ def render(
                                         sent_per_worker_mean=table["sent_per_worker_mean"].round(1))  # fmt: skip
     setup = (
         f"Each of N workers ({plan.profile.name} devices, {plan.profile.link_mbps:g} Mbit/s, "
-        f"{plan.profile.latency_s * 1e3:g} ms latency) computes a real gradient of the LeNet-{p.model.upper()} "
+        f"{plan.profile.latency_s * 1e3:g} ms latency) computes a real gradient of {_model_name(p.model)} "
         f"({first['parameters']:,} float32 parameters, |g| = {vector_bytes:,} bytes) on {p.batch_size} MNIST samples "
         f"({first['dataset']['source']}); the pattern then runs worker to worker over Dask's comms, "
         f"{p.iterations} iteration(s) per pattern; PS with {p.servers} server device(s). Bytes are payload bytes "
@@ -294,3 +294,8 @@ def draw_volume(volume: pd.DataFrame) -> Any:
     left.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _model_name(model: Any) -> str:
+    """LeNet-MLP for the built-in ``mlp``; a user's model by its name and digest."""
+    return f"the LeNet-{model.upper()}" if isinstance(model, str) else f"the user's model {model}"
