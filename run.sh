@@ -14,6 +14,7 @@ Usage: ./run.sh reproduce [args...]   run `edgelab reproduce --profile smoke [ar
 Environment:
   EDGELAB_VENV      virtualenv to create/use (default: .venv in the repo root)
   EDGELAB_DATA_DIR  offline datasets (default: ../shared/data when it exists)
+  EDGELAB_TEST_WORKERS  processes the tests run on (default 2; 0: in the pytest process itself)
   KERAS_HOME, TF_CPP_MIN_LOG_LEVEL, MPLBACKEND are given defaults when unset.
 EOF
 }
@@ -104,7 +105,9 @@ case "$cmd" in
         ensure_venv
         export_defaults
         status=0
-        "$VENV/bin/python" -m pytest "$@" || status=$?
+        # Two processes, each test module or notebook whole on one (its cluster fixture, its kernel);
+        # EDGELAB_TEST_WORKERS=0 runs them in this process.
+        "$VENV/bin/python" -m pytest -n "${EDGELAB_TEST_WORKERS:-2}" --dist loadfile "$@" || status=$?
         # pytest exits 5 when it collected no tests; an empty run must not pass.
         if [[ $status -eq 5 ]]; then
             echo "run.sh: pytest collected no tests; treating this as a failure" >&2
