@@ -305,6 +305,8 @@ def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> No
         for dev in (outside, relay_end, bridge_end):
             _ip("link", "set", dev, "up")
             _offloads_off([], dev)
+        for dev in (outside, relay_end):
+            _no_arp_replies(dev)
         _offloads_off(["ip", "netns", "exec", ns], inside)
     else:
         _ip("link", "set", outside, "master", hosts.bridge)
@@ -324,6 +326,18 @@ def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> No
         relay = [sys.executable, "-m", "edgelab.link_relay", outside, f"{spec.prefix}r{i}"]
         relay += ["--delay-ms", str(spec.delay_ms), "--loss", str(spec.loss), "--seed", str(spec.seed + i)]
         hosts.pids[f"relay-{spec.device(i)}"] = _spawn(hosts, f"relay-{spec.device(i)}", None, relay)
+
+
+def _no_arp_replies(dev: str) -> None:
+    """Stop the root namespace answering ARP on ``dev``, an end of the relay's wire that is no bridge port.
+
+    By default Linux answers a request for any of its addresses on any
+    interface: a device asking for the scheduler (the bridge's address) got
+    the outside end's own MAC at once, before the bridge's answer came through
+    the relay, and from then on sent straight to this namespace past the
+    relay, half the delay and loss gone (measured: 42 ms round trips for 80).
+    """
+    Path(f"/proc/sys/net/ipv4/conf/{dev}/arp_ignore").write_text("8\n")  # 8: reply to no request
 
 
 def _offloads_off(prefix: list[str], dev: str) -> None:
