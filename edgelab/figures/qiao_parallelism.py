@@ -141,8 +141,11 @@ def data_verdict(runs: pd.DataFrame, slow: pd.DataFrame, same_single: bool | Non
     if len(stale):
         checks.append(verdict.Check(
             "stale gradients", bool((stale["staleness_max"] > 0).all()),
-            ", ".join(f"N={int(r.N)}: mean {r.staleness_mean:.2f}, max {int(r.staleness_max)}"
-                      for r in stale.itertuples()),
+            ", ".join(f"N={n}: mean {r['average']:.2f}, max {int(r['most'])}"
+                      + (f" ({int(r['runs'])} runs)" if r["runs"] > 1 else "")
+                      for n, r in stale.groupby("N").agg(average=("staleness_mean", "mean"),
+                                                         most=("staleness_max", "max"),
+                                                         runs=("staleness_max", "size")).iterrows()),
             "Async-SGD applies gradients computed on weights others have updated since (qiao/C10)",
         ))  # fmt: skip
     if same_single is not None:
