@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -247,60 +248,43 @@ class Plan(harness.Plan):
         return summary, tables
 
     def _model_parallel(self, cluster: DeviceCluster, run: ModelRun, context: dict[str, Any]) -> Outcome:
-        p = self.params
-        n = p.pipeline_batch * p.pipeline_steps
-        x = (self.dataset.x_train[:n].astype(np.float32) / 255.0).reshape(n, 28, 28, 1)
-        y = self.dataset.y_train[:n].astype(np.int64)
-        devices = cluster.devices[: run.n_stages]
-        cluster.client.run(_start_peak_window, workers=_addresses(cluster, devices))
-        trained = train_pipelined(
-            cluster,
-            four_blocks(seed=p.seed),
-            x,
-            y,
-            cuts=[s.layers[-1] for s in self.cuts[run.n_stages].stages[:-1]],
-            batch_size=p.pipeline_batch,
-            micro_batches=1,
-            steps=p.pipeline_steps,
-            schedule="gpipe",
-            learning_rate=p.learning_rate,
-            log=lambda _: None,
-        )
-        rises = cluster.client.run(_peak_rise, workers=_addresses(cluster, devices))
-        summary = {
-            "calibration": context["calibration"],
-            "cluster": context["cluster"],
-            "dataset": self.dataset.provenance(),
-            "devices": trained.devices,
-            "stage_weight_bytes": {k: int(sum(w.nbytes for w in ws)) for k, ws in trained.weights.items()},
-            "rss_rise_bytes": {d["device"]: d["rise"] for d in rises.values()},
-            "host_wall_s": trained.wall_s,
-        }
+        trained, summary = self._train_split(
+            cluster, partial(four_blocks, seed=self.params.seed), self.cuts[run.n_stages], self.params.pipeline_steps,
+            context,
+        )  # fmt: skip
         return summary, {"records": trained.records, "losses": trained.losses}
 
     def _oversized(self, cluster: DeviceCluster, run: OversizedRun, context: dict[str, Any]) -> Outcome:
+        trained, summary = self._train_split(cluster, self.oversized_model, self.oversized_cuts[run.n_stages], 1,
+                                             context)  # fmt: skip
+        weights = trained.full_weights()
+        summary["weights_sha256"] = weights_digest(weights)
+        return summary, {"records": trained.records, "losses": trained.losses, "weights": weight_sample(weights)}
+
+    def _train_split(
+        self, cluster: DeviceCluster, model: Any, cut: Partition, steps: int, context: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """``steps`` MNIST batches through ``model`` cut as ``cut``, one in flight; each worker's peak RSS rise."""
         p = self.params
-        n = p.pipeline_batch
+        n = p.pipeline_batch * steps
         x = (self.dataset.x_train[:n].astype(np.float32) / 255.0).reshape(n, 28, 28, 1)
         y = self.dataset.y_train[:n].astype(np.int64)
-        cut = self.oversized_cuts[run.n_stages]
-        devices = cluster.devices[: run.n_stages]
+        devices = cluster.devices[: len(cut.stages)]
         cluster.client.run(_start_peak_window, workers=_addresses(cluster, devices))
         trained = train_pipelined(
             cluster,
-            self.oversized_model,
+            model,
             x,
             y,
             cuts=[s.layers[-1] for s in cut.stages[:-1]],
-            batch_size=n,
+            batch_size=p.pipeline_batch,
             micro_batches=1,
-            steps=1,
+            steps=steps,
             schedule="gpipe",
             learning_rate=p.learning_rate,
             log=lambda _: None,
         )
         rises = cluster.client.run(_peak_rise, workers=_addresses(cluster, devices))
-        weights = trained.full_weights()
         summary = {
             "calibration": context["calibration"],
             "cluster": context["cluster"],
@@ -308,10 +292,9 @@ class Plan(harness.Plan):
             "devices": trained.devices,
             "stage_weight_bytes": {k: int(sum(w.nbytes for w in ws)) for k, ws in trained.weights.items()},
             "rss_rise_bytes": {d["device"]: d["rise"] for d in rises.values()},
-            "weights_sha256": weights_digest(weights),
             "host_wall_s": trained.wall_s,
         }
-        return summary, {"records": trained.records, "losses": trained.losses, "weights": weight_sample(weights)}
+        return trained, summary
 
 
 #: Every this-many-th value of each trained tensor is kept, to compare runs whose digests differ.
