@@ -25,7 +25,9 @@ halve the CPU time of a convolutional step at one thread: LeNet-CNN 41 -> 21
 ms, ResNet-32 at batch 32 555 -> 257 ms, deterministic run to run (the
 MLP's dense step is as fast either way). Device workers start with
 ``TF_ENABLE_ONEDNN_OPTS=1`` unless the user's environment says otherwise, and
-the cluster records what its workers run (``DeviceCluster.info``).
+the cluster records what its workers run (``DeviceCluster.info``), with
+oneDNN's instruction-set cap (``ONEDNN_MAX_CPU_ISA``, unset: the CPU's best):
+AVX-512 kernels round differently from AVX2's.
 
 Device workers are forked by default (``START_METHODS``): one fork server
 imports TensorFlow and edgelab once, and every device worker, restarts
@@ -66,6 +68,9 @@ TIER = "edge"
 MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
 # TensorFlow's switch for its oneDNN kernels (see module docstring).
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+# oneDNN's cap on the instruction set it uses: kernels of another set add in another order
+# (the test suite holds it at AVX2, so that its checked outputs hold on any x86-64 host).
+ONEDNN_ISA = "ONEDNN_MAX_CPU_ISA"
 _DEVICE_WORKER_CONFIG = {
     f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None,
     # A paused worker leaves its tasks waiting forever; the device budget is
@@ -337,6 +342,7 @@ def start_workers(
         "dask_log": str(log),
         MALLOC_TRIM: trim,
         ONEDNN: workers_environ(client, ONEDNN),
+        ONEDNN_ISA: workers_environ(client, ONEDNN_ISA),
     }
     return client, cluster, info
 
@@ -406,7 +412,12 @@ def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
     # Real workers may not carry our resources; give each one that names it.
     client.run(_add_device_resource)
     client.register_plugin(runtime.DeviceRuntime(), name=runtime.PLUGIN_NAME)
-    info = {"address": address, MALLOC_TRIM: _warn_if_malloc_trimmed(client), ONEDNN: workers_environ(client, ONEDNN)}
+    info = {
+        "address": address,
+        MALLOC_TRIM: _warn_if_malloc_trimmed(client),
+        ONEDNN: workers_environ(client, ONEDNN),
+        ONEDNN_ISA: workers_environ(client, ONEDNN_ISA),
+    }
     return DeviceCluster(client, names, get_profile("native"), False, None, info)
 
 

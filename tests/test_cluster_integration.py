@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.cluster import MALLOC_TRIM, ONEDNN, DeviceCluster, connect, start_environ
+from edgelab.cluster import MALLOC_TRIM, ONEDNN, ONEDNN_ISA, DeviceCluster, connect, start_environ
 from edgelab.data import Dataset
 from edgelab.errors import ClusterError, ConfigError
 from edgelab.models import ModelSpec, parameter_count
@@ -110,6 +110,8 @@ def test_workers_start_with_onednn_kernels_and_the_cluster_records_it(cluster: D
     # Assert
     assert list(at_start.values()) == [expected, expected]
     assert cluster.info[ONEDNN] == expected
+    # The instruction-set cap the workers inherited (the suite's conftest sets one on x86-64).
+    assert cluster.info[ONEDNN_ISA] == os.environ.get(ONEDNN_ISA)
 
 
 def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
