@@ -397,9 +397,8 @@ class Ring:
         self.clean = False
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
-        calls = fleet.direct_all({d: ("allreduce_round", self.run_id, self.token, tasks.get(d)) for d in self.devices})
-        fleet.wait(calls)
-        records = [calls[d].result() for d in self.devices]
+        replies = fleet.call_all({d: ("allreduce_round", self.run_id, self.token, tasks.get(d)) for d in self.devices})
+        records = [replies[d] for d in self.devices]
         fleet.point("gather", rnd)
         self.clean, self.weights, self.velocity = True, None, None
         return [r for r in records if r is not None]
@@ -421,37 +420,33 @@ class Ring:
         self.token += 1
         addresses = [self.fleet.addresses[d] for d in self.devices]
         packed = {id(w): Packed(w) for w, _ in states}  # the same weights packed once for every device
-        calls = {
-            d: self.fleet.direct(
-                d,
-                "allreduce_install",
-                self.run_id,
-                self.token,
-                i,
-                addresses,
-                rnd,
-                packed[id(states[i][0])],
-                states[i][1],
-                self.strategy.server_learning_rate,
-                self.strategy.momentum,
-                self.compressor,
-                self.mode,
-                self.topology,
-            )
-            for i, d in enumerate(self.devices)
-        }
-        self.fleet.wait(calls)
-        for call in calls.values():
-            call.result()
+        self.fleet.call_all(
+            {
+                d: (
+                    "allreduce_install",
+                    self.run_id,
+                    self.token,
+                    i,
+                    addresses,
+                    rnd,
+                    packed[id(states[i][0])],
+                    states[i][1],
+                    self.strategy.server_learning_rate,
+                    self.strategy.momentum,
+                    self.compressor,
+                    self.mode,
+                    self.topology,
+                )
+                for i, d in enumerate(self.devices)
+            }
+        )
         self.installed = dict(zip(self.devices, addresses, strict=True))
 
     def _state_at(self, rnd: int) -> tuple[list[np.ndarray], np.ndarray | None]:
         survivors = [d for d in self.devices if self.installed.get(d) == self.fleet.addresses[d]]
         for device in survivors:
-            call = {device: self.fleet.direct(device, "allreduce_state", self.run_id, rnd)}
-            self.fleet.wait(call)
             try:
-                return call[device].result()  # type: ignore[no-any-return]
+                return self.fleet.call_all({device: ("allreduce_state", self.run_id, rnd)})[device]  # type: ignore[no-any-return]
             except StateMissingError:
                 continue  # restarted at its old address: ask the next
         raise WorkerLostError(

@@ -8,7 +8,9 @@ address). Every exchange with the devices goes through it:
 * ``submit`` runs a task pinned to a device by its Dask resource;
 * ``direct`` calls one of the runtime's functions on a device straight from
   the client, one round trip on Dask's comms with no scheduler in between
-  (``TRANSPORTS``: how a run's rounds travel);
+  (``TRANSPORTS``: how a run's rounds travel); ``call_all`` makes such calls
+  on several devices at once and waits for them, on the devices' round
+  channels (``edgelab.channel``) where they can be opened;
 * ``wait`` waits for tasks while watching the scheduler's view of the workers,
   so a device that dies is noticed within ``POLL_S``, not when a timeout ends;
 * ``run`` calls a function on devices' workers (``client.run``);
@@ -31,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
@@ -40,10 +44,11 @@ from typing import Any, TypeVar
 from distributed import Client, Future, KilledWorker, wait
 from distributed.protocol import to_serialize
 
+from edgelab.channel import Channels
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.errors import ConfigError, WorkerLostError
 from edgelab.faults import KillSchedule
-from edgelab.runtime import DIRECT_OP, StateMissingError
+from edgelab.runtime import DIRECT_OP, OPEN_CHANNEL, StateMissingError
 from edgelab.wire import Bundle
 
 T = TypeVar("T")
@@ -71,6 +76,8 @@ TTL_TIMED_OUT = "worker-ttl-timed-out"
 MAX_RECOVERIES = 3
 # Longest a step may take while every device stays connected (a paused or hung worker).
 STEP_TIMEOUT_S = 900.0
+#: Set to 0 to keep direct calls on Dask's comms instead of the devices' round channels (edgelab.channel).
+CHANNELS_ENV = "EDGELAB_CHANNELS"
 
 
 @dataclass
@@ -83,6 +90,8 @@ class _Pending:
     error: str
     started: float  # the failed attempt's start (perf_counter)
     detected: float
+    # When the loss happened, as far as we know: a kill fired during the attempt, else its start.
+    since: float = 0.0
     back: float = 0.0
 
 
@@ -183,6 +192,12 @@ class Fleet:
         self._restarted: set[str] = set()
         self._phase = ""
         self._t0 = time.perf_counter()
+        self._last_kill = 0.0  # when point() last fired a kill (perf_counter)
+        self.channels: Channels | None = None
+        if os.environ.get(CHANNELS_ENV, "1") != "0":
+            tls = self.client.security.get_connection_args("client")["ssl_context"]
+            self.channels = Channels(self._open_channel, ssl_context=tls)
+            weakref.finalize(self, self.channels.close)
 
     # ------------------------------------------------------------ where ----
 
@@ -274,6 +289,50 @@ class Fleet:
         self._calls.extend(futures.values())
         return futures
 
+    def call_all(self, calls: Mapping[str, tuple[Any, ...]]) -> dict[str, Any]:
+        """``direct(device, *call)`` for every device of ``calls`` at once, waited for: the results, by device.
+
+        On the devices' round channels when every one of them can be opened,
+        else on Dask's comms (``direct_all`` and ``wait``). Either way a device
+        lost meanwhile ends the wait (``wait``), and the first error in the
+        order of ``calls`` is raised.
+        """
+        channels = self.channels
+        if channels is None or not channels.reachable([self.addresses[d] for d in calls]):
+            futures = self.direct_all(calls)
+            self.wait(futures)
+            return {d: f.result() for d, f in futures.items()}
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+
+        def check() -> None:
+            lost = self.lost()
+            if lost:
+                raise _DeviceLost(lost)
+            if time.monotonic() > deadline:
+                raise WorkerLostError(
+                    f"devices {sorted(calls)} did not answer within {STEP_TIMEOUT_S:.0f} s while all stayed connected"
+                )
+
+        replies = channels.call_all(
+            {d: (self.addresses[d], fn, tuple(args)) for d, (fn, *args) in calls.items()}, check=check, poll_s=POLL_S
+        )
+        for reply in replies.values():
+            if reply["status"] != "OK":
+                raise reply["exception"]
+        return {d: reply["result"] for d, reply in replies.items()}
+
+    def _open_channel(self, address: str) -> tuple[str, int]:
+        """Have the device worker at ``address`` listen for its round channel: its (host, port)."""
+
+        async def ask() -> dict[str, Any]:
+            return await getattr(self.client.rpc(address), DIRECT_OP)(fn=OPEN_CHANNEL, args=to_serialize(Bundle(())))
+
+        reply = self.client.sync(ask)
+        if reply["status"] != "OK":
+            raise reply["exception"]
+        host, port = reply["result"]
+        return str(host), int(port)
+
     def generation(self, device: str) -> int:
         """How many times ``device`` was lost and brought back during the run (a call made before is void)."""
         return self._generation[device]
@@ -348,6 +407,7 @@ class Fleet:
         if self.kills is None:
             return
         for kill in self.kills.due(phase, at):
+            self._last_kill = time.perf_counter()
             address = self.addresses[kill.device]
             action = self.kills.fire(kill, self.client, address, local=self.kill_locally)
             self.kills_fired.append(
@@ -395,7 +455,8 @@ class Fleet:
                 if pending is not None:
                     # Lost again while being prepared: that recovery ends here, a new one starts.
                     self._record(pending, resumed=False)
-                pending = _Pending(lost, self._phase, at, _one_line(exc), start, detected)
+                since = self._last_kill if self._last_kill > start else start
+                pending = _Pending(lost, self._phase, at, _one_line(exc), start, detected, since=since)
                 self._await_return(lost, pending)
                 if not prepare:
                     self._record(pending)
@@ -500,7 +561,9 @@ class Fleet:
                 "at": pending.at,
                 "error": pending.error,
                 "t": pending.detected - self._t0,
-                "detect_s": pending.detected - pending.started,
+                # From the kill, when one was fired: a kill while the devices were being prepared must
+                # not count their preparation (a model's warm-up) as the time it took to notice the loss.
+                "detect_s": pending.detected - pending.since,
                 "back_s": pending.back - pending.detected,
                 "time_lost_s": end - pending.started,
                 "t_resumed": end - self._t0,

@@ -10,7 +10,9 @@ A round's task need not go through the scheduler: the runtime answers a direct
 call from the client (``DIRECT_OP``, ``edgelab.fleet.Fleet.direct``) by running
 one of ``DIRECT_FUNCTIONS`` on the worker's own thread, so a synchronous round
 costs one round trip on Dask's comms instead of a scatter, a scheduled task and
-a gather. The function, its arguments and its accounting are the task's own.
+a gather; or, once the client opened it (``OPEN_CHANNEL``), on the device's
+round channel (``edgelab.channel``), a plain socket beside the worker. The
+function, its arguments and its accounting are the task's own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import psutil
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
+from edgelab.channel import ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 from edgelab.user_model import UserModel, UserModelPayload
@@ -43,6 +46,8 @@ DIRECT_OP = "edgelab_direct"
 PEER_OP = "edgelab_peer"
 #: A direct call whose last run took less than this runs on the worker's event loop (``DeviceRuntime.run``).
 INLINE_MAX_S = 0.05
+#: The direct call that opens the device's round channel and returns its (host, port).
+OPEN_CHANNEL = "open_channel"
 
 Weights = list[np.ndarray]
 
@@ -187,6 +192,9 @@ class DeviceRuntime(WorkerPlugin):
     user_models: dict[str, UserModelPayload] = field(default_factory=dict)
     # How long each kind of direct call last took here: a short one runs on the event loop (run()).
     _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
+    # The device's round channel (edgelab.channel), open once the client asked for it.
+    channel: ChannelServer | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
@@ -203,6 +211,9 @@ class DeviceRuntime(WorkerPlugin):
     def teardown(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         worker.handlers.pop(DIRECT_OP, None)
         worker.handlers.pop(PEER_OP, None)
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         if self.sampler is not None:
             self.sampler.stop()
         self.shards.clear()
@@ -221,18 +232,49 @@ class DeviceRuntime(WorkerPlugin):
         """
         from edgelab.allreduce import LOOP_FUNCTIONS
 
-        if fn not in DIRECT_FUNCTIONS and fn not in LOOP_FUNCTIONS:
-            known = ", ".join([*DIRECT_FUNCTIONS, *LOOP_FUNCTIONS])
-            error: Exception = ValueError(f"fn={fn!r} is not a direct function: one of {known}")
-            return {"status": "error", "exception": to_serialize(error)}
+        if fn not in DIRECT_FUNCTIONS and fn not in LOOP_FUNCTIONS and fn != OPEN_CHANNEL:
+            return {"status": "error", "exception": to_serialize(_unknown_direct(fn))}
         try:
-            if fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop, and train through run() below
+            if fn == OPEN_CHANNEL:
+                result: Any = self.open_channel()
+            elif fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop, and train through run() below
                 result = await LOOP_FUNCTIONS[fn](self, *args)
             else:
                 result = await self.run(DIRECT_FUNCTIONS[fn], args)
         except Exception as exc:
             return {"status": "error", "exception": to_serialize(exc)}
         return {"status": "OK", "result": to_serialize(Bundle(result))}
+
+    def open_channel(self) -> tuple[str, int]:
+        """Listen for the client's round channel beside the worker (its host; TLS if it speaks TLS): (host, port).
+
+        Called on the worker's event loop, which the channel's calls of
+        ``LOOP_FUNCTIONS`` then run on.
+        """
+        if self.channel is None:
+            from distributed.comm import get_address_host, parse_address
+
+            self._loop = asyncio.get_running_loop()
+            scheme, _ = parse_address(self._worker.address)
+            tls = self._worker.security.get_listen_args("worker")["ssl_context"] if scheme == "tls" else None
+            self.channel = ChannelServer(get_address_host(self._worker.address), self._channel_call, ssl_context=tls)
+        return self.channel.address
+
+    def _channel_call(self, fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
+        """A call that came on the round channel, run on the channel's thread; errors travel back as values."""
+        from edgelab.allreduce import LOOP_FUNCTIONS
+
+        try:
+            if fn in DIRECT_FUNCTIONS:
+                result = _as_device(self, DIRECT_FUNCTIONS[fn], args)
+            elif fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop
+                assert self._loop is not None, "open_channel ran on the event loop"
+                result = asyncio.run_coroutine_threadsafe(LOOP_FUNCTIONS[fn](self, *args), self._loop).result()
+            else:
+                raise _unknown_direct(fn)
+        except Exception as exc:
+            return {"status": "error", "exception": exc}
+        return {"status": "OK", "result": result}
 
     async def run(self, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """``func(*args)`` as this device, for a direct call: on the event loop when short, else the worker's thread.
@@ -284,6 +326,12 @@ class DeviceRuntime(WorkerPlugin):
             self.models[spec] = model
             self.initial[spec] = initial
         return self.models[spec]
+
+
+def _unknown_direct(fn: str) -> ValueError:
+    from edgelab.allreduce import LOOP_FUNCTIONS
+
+    return ValueError(f"fn={fn!r} is not a direct function: one of {', '.join([*DIRECT_FUNCTIONS, *LOOP_FUNCTIONS])}")
 
 
 # The runtime a direct call runs for, on the thread running it (get_worker() knows only tasks).

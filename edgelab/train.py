@@ -420,9 +420,10 @@ def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.n
         # The weights and the training are one call: a device killed at either point dies as the call goes out.
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
-        calls = fleet.direct_all({device: ("train_round", task, payload) for device, task in tasks.items()})
-        fleet.wait(calls)
-        results = [call.result() for call in calls.values()]  # a device lost in this round fails it here
+        # A device lost in this round fails it here.
+        results = list(
+            fleet.call_all({device: ("train_round", task, payload) for device, task in tasks.items()}).values()
+        )
         # The updates are here already: a device lost now is found by the next step.
         fleet.point("gather", rnd)
         return results

@@ -37,10 +37,23 @@ def weighted_mean(arrays: list[NDArrays], weights: list[float]) -> NDArrays:
 
 
 def _mean(layers: NDArrays, weights: list[float], total: float) -> np.ndarray:
-    # float64 accumulation in a fixed order keeps the result reproducible
-    return (sum(w * layer.astype(np.float64) for w, layer in zip(weights, layers, strict=True)) / total).astype(
-        layers[0].dtype
-    )
+    """``(0 + w0 * l0 + w1 * l1 + ...) / total`` in float64, in this order, cast back to the layers' dtype.
+
+    The float64 accumulation in a fixed order keeps the result reproducible.
+    Computed in two buffers, in place: a temporary array per operation (the
+    plain expression) cost three times as long for two LeNet-MLP deltas.
+    """
+    acc = np.empty(layers[0].shape, np.float64)
+    term = np.empty_like(acc)
+    for i, (w, layer) in enumerate(zip(weights, layers, strict=True)):
+        out = acc if i == 0 else term
+        out[...] = layer
+        out *= w
+        if i == 0:
+            acc += 0.0  # as sum() starts from 0: -0.0 becomes 0.0
+        else:
+            acc += term
+    return np.divide(acc, total, out=np.empty(acc.shape, layers[0].dtype), casting="unsafe")  # as astype()
 
 
 def apply_delta(weights: NDArrays, delta: NDArrays, *, scale: float = 1.0) -> NDArrays:

@@ -1,0 +1,330 @@
+"""The round channel: calls and their arrays over a plain socket, and the run they carry equal to Dask's comms'.
+
+Unit tests run a ``ChannelServer`` and ``Channels`` in this process over
+loopback; the integration tests run real rounds on a two-device cluster
+(tests/conftest.py), with and without channels (``EDGELAB_CHANNELS=0``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask.config as dask_config
+import numpy as np
+import pytest
+
+from edgelab.channel import ChannelClosed, Channels, ChannelServer, encode, receive_message, send_message
+from edgelab.cluster import DeviceCluster, connect
+from edgelab.data import Dataset
+from edgelab.fleet import CHANNELS_ENV
+from edgelab.runtime import PLUGIN_NAME
+from edgelab.tls import make_certificates
+from edgelab.train import TrainConfig, train
+from edgelab.wire import Flat, Packed
+
+
+def _echo_back(value: Any) -> Any:
+    a, b = socket.socketpair()
+    with a, b:
+        sender = threading.Thread(target=send_message, args=(a, encode(value)))
+        sender.start()
+        got = receive_message(b)
+        sender.join()
+    return got
+
+
+def test_arrays_arrive_equal_with_their_dtype_and_shape_and_packed_weights_as_the_list() -> None:
+    # Prepare: contiguous arrays go out of band, a strided view and a scalar in the pickle
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((784, 128)).astype(np.float32), np.arange(10, dtype=np.int64)]
+    value = {
+        "weights": Packed(weights),
+        "strided": np.arange(12.0).reshape(3, 4)[:, ::2],
+        "empty": np.zeros((0, 3), np.float32),
+        "fortran": np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
+        "note": "round 3",
+    }
+
+    # Execute
+    got = _echo_back(value)
+
+    # Assert
+    assert isinstance(got["weights"], Flat) and len(got["weights"]) == 2
+    for sent, back in zip(weights, got["weights"], strict=True):
+        assert back.dtype == sent.dtype and back.shape == sent.shape
+        np.testing.assert_array_equal(back, sent)
+    for key in ("strided", "empty", "fortran"):
+        assert got[key].dtype == value[key].dtype
+        np.testing.assert_array_equal(got[key], value[key])
+    assert got["note"] == "round 3"
+    assert got["weights"][0].flags.writeable  # received into memory of its own, not a read-only view
+
+
+def test_the_arrays_buffers_travel_uncopied_out_of_the_pickle() -> None:
+    # A LeNet-MLP's weights: the pickle itself stays small, the 437 KB go as one buffer per dtype
+    weights = [np.ones((784, 128), np.float32), np.ones(128, np.float32), np.ones((128, 10), np.float32)]
+
+    views = encode(Packed(weights))
+
+    assert len(views) == 3  # head with the buffer's length, pickle, one buffer
+    assert views[1].nbytes < 1000
+    assert views[2].nbytes == sum(w.nbytes for w in weights)
+
+
+def test_a_message_larger_than_the_socket_buffers_arrives_whole() -> None:
+    # Prepare: 20 MB through buffers of a few KB: many partial sends and receives
+    big = np.random.default_rng(1).integers(0, 255, 20_000_000, dtype=np.uint8)
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+    # Execute
+    with a, b:
+        sender = threading.Thread(target=send_message, args=(a, encode([big, big[::-1].copy()])))
+        sender.start()
+        got = receive_message(b)
+        sender.join()
+
+    # Assert
+    np.testing.assert_array_equal(got[0], big)
+    np.testing.assert_array_equal(got[1], big[::-1])
+
+
+def test_a_peer_that_closes_mid_message_is_a_closed_channel() -> None:
+    a, b = socket.socketpair()
+    with b:
+        views = encode(np.zeros(1000, np.float64))
+        a.sendall(b"".join(bytes(v) for v in views)[:500])  # half the message, then the peer dies
+        a.close()
+
+        with pytest.raises(ChannelClosed, match="closed after"):
+            receive_message(b)
+
+
+def _handle(fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    if fn == "double":
+        return {"status": "OK", "result": [2 * a for a in args[0]]}
+    if fn == "sleep":
+        time.sleep(args[0])
+        return {"status": "OK", "result": args[0]}
+    if fn == "unpicklable":
+        return {"status": "OK", "result": threading.Lock()}
+    return {"status": "error", "exception": ValueError(f"no {fn}")}
+
+
+@pytest.fixture
+def servers() -> Iterator[dict[str, ChannelServer]]:
+    made = {f"tcp://127.0.0.1:{9000 + i}": ChannelServer("127.0.0.1", _handle) for i in range(3)}
+    yield made
+    for server in made.values():
+        server.close()
+
+
+def _channels(servers: dict[str, ChannelServer]) -> Channels:
+    return Channels(lambda address: servers[address].address)
+
+
+def test_calls_on_several_channels_come_back_in_order_each_with_its_own_reply(
+    servers: dict[str, ChannelServer],
+) -> None:
+    # Prepare
+    channels = _channels(servers)
+    addresses = list(servers)
+    assert channels.reachable(addresses)
+    calls = {f"d{i}": (a, "double", ([np.full(3, i, np.float32)],)) for i, a in enumerate(addresses)}
+
+    # Execute: twice, over the same connections
+    first = channels.call_all(calls, check=lambda: None, poll_s=0.5)
+    again = channels.call_all(calls, check=lambda: None, poll_s=0.5)
+
+    # Assert
+    assert list(first) == ["d0", "d1", "d2"]
+    for i, reply in enumerate(first.values()):
+        np.testing.assert_array_equal(reply["result"][0], np.full(3, 2 * i, np.float32))
+    assert [r["result"][0][0] for r in again.values()] == [0, 2, 4]
+    channels.close()
+
+
+def test_an_error_and_an_unpicklable_reply_come_back_as_values_and_the_channel_stays_open(
+    servers: dict[str, ChannelServer],
+) -> None:
+    channels = _channels(servers)
+    address = next(iter(servers))
+    assert channels.reachable([address])
+
+    replies = channels.call_all(
+        {"bad": (address, "no_such", ())},
+        check=lambda: None,
+        poll_s=0.5,
+    )
+    assert replies["bad"]["status"] == "error" and "no no_such" in str(replies["bad"]["exception"])
+    replies = channels.call_all({"lock": (address, "unpicklable", ())}, check=lambda: None, poll_s=0.5)
+    assert replies["lock"]["status"] == "error" and "could not be pickled" in str(replies["lock"]["exception"])
+    # the same connection still answers
+    assert channels.call_all({"ok": (address, "double", ([1],))}, check=lambda: None, poll_s=0.5)["ok"]["result"] == [2]
+    channels.close()
+
+
+def test_a_wait_checks_on_every_poll_and_its_error_ends_the_calls_with_their_channels_closed(
+    servers: dict[str, ChannelServer],
+) -> None:
+    # Prepare: a device that takes 1 s; the check gives up at its third poll
+    channels = _channels(servers)
+    address = next(iter(servers))
+    assert channels.reachable([address])
+    polls: list[float] = []
+
+    def check() -> None:
+        polls.append(time.monotonic())
+        if len(polls) == 3:
+            raise TimeoutError("given up")
+
+    # Execute
+    with pytest.raises(TimeoutError, match="given up"):
+        channels.call_all({"slow": (address, "sleep", (1.0,))}, check=check, poll_s=0.05)
+
+    # Assert: the late reply of the call given up is never read as the next call's
+    assert len(polls) == 3
+    time.sleep(1.1)
+    reply = channels.call_all({"next": (address, "double", ([5],))}, check=lambda: None, poll_s=0.5)
+    assert reply["next"]["result"] == [10]
+    channels.close()
+
+
+def test_a_device_gone_mid_call_is_a_closed_channel(servers: dict[str, ChannelServer]) -> None:
+    channels = _channels(servers)
+    address = next(iter(servers))
+    assert channels.reachable([address])
+    threading.Timer(0.2, servers[address].close).start()
+
+    with pytest.raises(ChannelClosed):
+        channels.call_all({"slow": (address, "sleep", (0.5,))}, check=lambda: None, poll_s=0.05)
+
+
+def test_a_channel_that_cannot_be_reached_leaves_the_device_on_dasks_comms() -> None:
+    # The worker says where it listens, but nothing is there (a firewall in front of a real board)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    channels = Channels(lambda address: ("127.0.0.1", port))
+
+    assert not channels.reachable(["tcp://board:1234"])
+    assert not channels.reachable(["tcp://board:1234"])  # remembered, not tried again
+
+
+def test_a_server_listens_on_its_host_only() -> None:
+    # Safe by default: a device on 127.0.0.1 is not reachable at another address of this machine
+    server = ChannelServer("127.0.0.1", _handle)
+    try:
+        assert server.address[0] == "127.0.0.1"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", server.address[1]), timeout=2).close()
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------- on a cluster ----
+
+
+def _channel_state(dask_worker: Any) -> tuple[tuple[str, int], int] | None:
+    """Where the device's channel listens and how many calls it answered (None: never opened)."""
+    channel = dask_worker.plugins[PLUGIN_NAME].channel
+    return None if channel is None else (channel.address, channel.calls)
+
+
+@pytest.mark.integration
+def test_rounds_on_channels_equal_rounds_on_dasks_comms_bit_for_bit(
+    cluster: DeviceCluster, dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: momentum, uneven shards (the last round trains one device), an evaluation every 3 rounds
+    cfg = TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=25, momentum=0.9, eval_every=3)
+    data = dataset.limited(sample_limit=251)
+
+    # Execute
+    before = {w: (s or (None, 0))[1] for w, s in cluster.client.run(_channel_state).items()}
+    on_channels = train(cluster, data, cfg, transport="direct", log=lambda _: None)
+    carried = {w: s[1] - before[w] for w, s in cluster.client.run(_channel_state).items()}
+    monkeypatch.setenv(CHANNELS_ENV, "0")
+    on_dask = train(cluster, data, cfg, transport="direct", log=lambda _: None)
+
+    # Assert
+    rounds = on_channels.records.groupby("device").size()
+    assert sorted(carried.values()) == sorted(rounds.tolist())  # every round came on the channels
+    assert on_channels.weights_sha256 == on_dask.weights_sha256
+    columns = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss"]
+    assert on_channels.records[columns].equals(on_dask.records[columns])
+    assert on_channels.progress.equals(on_dask.progress)
+
+
+@pytest.mark.integration
+def test_on_a_tls_cluster_the_channel_speaks_tls_only_and_carries_the_same_run(
+    tmp_path: Path, dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: a scheduler and two device workers that speak TLS only, with the cluster's own CA
+    certificates = make_certificates(tmp_path / "certificates", ["127.0.0.1"])
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    address = f"tls://127.0.0.1:{port}"
+    env = {**os.environ, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    dask = str(Path(sys.executable).parent / "dask")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
+    processes = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", "127.0.0.1:0"]
+            + certificates.dask_arguments("scheduler"),
+            **quiet,
+        )
+    ]
+    processes += [
+        subprocess.Popen(
+            [dask, "worker", address, "--name", f"board-{i}", "--nthreads", "1", "--host", "127.0.0.1"]
+            + ["--no-nanny", "--no-dashboard", *certificates.dask_arguments("worker")],
+            **quiet,
+        )
+        for i in range(2)
+    ]
+    # The client's side of the cluster's TLS, as the DASK_DISTRIBUTED__COMM__TLS__* variables would set it
+    tls = {
+        "distributed.comm.tls.ca-file": certificates.ca_file,
+        "distributed.comm.tls.client.cert": certificates.cert("client"),
+        "distributed.comm.tls.client.key": certificates.key("client"),
+        "distributed.comm.require-encryption": True,
+    }
+    cfg = TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=32)
+    data = dataset.limited(sample_limit=192)
+    try:
+        with dask_config.set(tls), connect(2, scheduler_address=address, timeout_s=90) as cluster:
+            # Execute
+            on_channels = train(cluster, data, cfg, transport="direct", log=lambda _: None)
+            # (a lambda travels by value: these workers cannot import the test module)
+            channels = cluster.client.run(
+                lambda dask_worker: (
+                    dask_worker.plugins[PLUGIN_NAME].channel.address,
+                    dask_worker.plugins[PLUGIN_NAME].channel.calls,
+                )
+            )
+            monkeypatch.setenv(CHANNELS_ENV, "0")
+            on_dask = train(cluster, data, cfg, transport="direct", log=lambda _: None)
+
+            # Assert: the run is the same, and a plain-TCP caller gets no answer from a channel
+            assert on_channels.weights_sha256 == on_dask.weights_sha256
+            assert [calls for _, calls in channels.values()] == [3, 3]  # every round came on its channel
+            (host, channel_port), _ = next(iter(channels.values()))
+            with socket.create_connection((host, channel_port), timeout=10) as sock:
+                sock.sendall(b"".join(bytes(v) for v in encode(("train_round", ()))))
+                try:
+                    answer = sock.recv(100)
+                except ConnectionResetError:
+                    answer = b""
+            assert answer == b""  # the TLS handshake failed and the device closed the connection
+    finally:
+        for process in processes[::-1]:
+            process.terminate()
+            process.wait(timeout=30)
