@@ -11,8 +11,11 @@ whole step to its weights. Two devices instead send each other their whole
 deltas and each computes the whole step: the same bytes, half the messages.
 The arithmetic is the parameter server's element by
 element, so the run is bit for bit the ``"direct"`` one (tested), while the
-bytes go device to device on Dask's worker comms (each device sends and
-receives ``2 (n-1)/n`` of the weights a round) and the client moves none.
+bytes go device to device (each device sends and receives ``2 (n-1)/n`` of
+the weights a round), on the devices' round channels (``edgelab.channel``)
+or, when the client keeps its calls on Dask's comms, on Dask's worker comms;
+the client moves none. A round runs on a thread of the device (its channel's,
+or its worker's), which waits there for its peers' pieces.
 
 A round's records and the devices' byte counters are the parameter server's
 (weights in, delta out): the transport changes the host's wall time, never
@@ -45,14 +48,13 @@ The messages themselves travel by ``edgelab.peer_messages``.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgelab.errors import ConfigError, WorkerLostError
-from edgelab.peer_messages import RoundAbandoned, collect_pieces, exchange, send_pieces
+from edgelab.peer_messages import Inbox, RoundAbandoned, collect_pieces, exchange, send_pieces
 from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate
@@ -125,9 +127,9 @@ class PeerState:
     topology: list[list[int]] = field(default_factory=list)  # under "gossip": every device's neighbours
     traffic: dict[str, int] = field(default_factory=dict)  # this round's peer messages and bytes
     # Each peer's piece of a (round, phase): its samples, data and bytes on the wire.
-    inbox: dict[tuple[int, str], dict[int, tuple[int, Any, int]]] = field(default_factory=dict)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    abandoned: bool = False
+    inbox: Inbox = field(default_factory=Inbox)
+    # Where each device's round channel listens (None: pieces go on Dask's worker comms).
+    channels: list[tuple[str, int]] | None = None
 
     def arrays(self) -> list[np.ndarray]:
         """The weights as the model's arrays (views of the flat vector)."""
@@ -137,7 +139,7 @@ class PeerState:
 # ------------------------------------------------------------- on devices ----
 
 
-async def install(
+def install(
     rt: DeviceRuntime,
     run_id: str,
     token: int,
@@ -151,12 +153,12 @@ async def install(
     compressor: Compressor | None = None,
     mode: str = "ring",
     topology: list[list[int]] | None = None,
+    channels: list[tuple[str, int]] | None = None,
 ) -> None:
     """Start (or restart) a run's all-reduce on this device from ``weights`` at round ``rnd``."""
     old = rt.peers.get(run_id)
     if old is not None:
-        old.abandoned = True  # a round still waiting for slices gives up
-        old.arrived.set()
+        old.inbox.abandon()  # a round still waiting for slices gives up
     check_weights(weights)
     layout, (flat,) = pack(weights)
     rt.peers[run_id] = PeerState(
@@ -172,10 +174,11 @@ async def install(
         compressor=compressor,
         mode=mode,
         topology=list(topology or []),
+        channels=None if channels is None else [tuple(c) for c in channels],  # type: ignore[misc]
     )
 
 
-async def state_at(rt: DeviceRuntime, run_id: str, rnd: int) -> tuple[Packed, np.ndarray | None]:
+def state_at(rt: DeviceRuntime, run_id: str, rnd: int) -> tuple[Packed, np.ndarray | None]:
     """The weights (and momentum) this device holds at the start of round ``rnd``: now or its last round's start."""
     state = _state(rt, run_id)
     if state.round == rnd:
@@ -186,7 +189,7 @@ async def state_at(rt: DeviceRuntime, run_id: str, rnd: int) -> tuple[Packed, np
     raise RuntimeError(f"device {rt.device} is at round {state.round}, not at round {rnd}")
 
 
-async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask | None) -> dict[str, Any] | None:
+def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask | None) -> dict[str, Any] | None:
     """Train this device's batches of the round (``task``; None: none this round), then all-reduce the step.
 
     Returns the round's record, as ``runtime.train_round`` makes it (None without a task).
@@ -202,7 +205,7 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
     if task is None:
         delta, record = np.zeros_like(state.weights), None
     else:
-        packed, record = await rt.run(train_round, (task, state.arrays()))
+        packed, record = train_round(task, state.arrays())
         if state.compressor is None:
             _, flats = pack(packed.arrays)  # one flat buffer already (the compiled step's): no copy
             delta = flats[0] if len(flats) == 1 else np.concatenate([d.ravel() for d in packed.arrays])
@@ -211,21 +214,21 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
     if state.compressor is not None:
         # All-gather of the encoded updates: every device decodes every one and computes the whole step.
         how = "allgather_encoded"
-        full = await _encoded_step(rt, run_id, state, rnd, samples, None if record is None else packed)
+        full = _encoded_step(rt, run_id, state, rnd, samples, None if record is None else packed)
     elif state.mode == "gossip":
         from edgelab.gossip import average
 
         # Each device steps its own weights, then takes the Metropolis average with its neighbours'.
         how, full = "gossip", None
         local = state.weights if record is None else _apply(state.weights, delta, state.server_learning_rate)
-        state.weights = await average(rt, run_id, state, rnd, local)
+        state.weights = average(rt, run_id, state, rnd, local)
     elif state.mode == "tree":
         how = "tree"
-        full = await _tree_step(rt, run_id, state, rnd, samples, delta)
+        full = _tree_step(rt, run_id, state, rnd, samples, delta)
     elif n <= WHOLE_EXCHANGE_MAX:
         # Every device gets every whole delta and computes the whole step itself.
         how = "whole"
-        full = await _step(rt, run_id, state, rnd, "whole", samples, [delta] * n, slice(None))
+        full = _step(rt, run_id, state, rnd, "whole", samples, [delta] * n, slice(None))
     else:
         how = "reduce_scatter"
         # Reduce-scatter: each owner gets its slice of every delta and computes the step for it;
@@ -233,8 +236,8 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
         bounds = slice_bounds(delta.size, n)
         mine = slice(bounds[state.index], bounds[state.index + 1])
         parts = [delta[bounds[j] : bounds[j + 1]] for j in range(n)]
-        own = await _step(rt, run_id, state, rnd, "reduce", samples, parts, mine)
-        slices = await exchange(rt, run_id, state, rnd, "gather", {j: (0, own) for j in range(n)})
+        own = _step(rt, run_id, state, rnd, "reduce", samples, parts, mine)
+        slices = exchange(rt, run_id, state, rnd, "gather", {j: (0, own) for j in range(n)})
         full = None if slices[0][1] is None else np.concatenate([slices[k][1] for k in range(n)])
     if full is not None:  # None: no device trained on anything, and the weights do not move
         state.weights = _apply(state.weights, full, state.server_learning_rate)
@@ -246,7 +249,7 @@ async def run_round(rt: DeviceRuntime, run_id: str, token: int, task: RoundTask 
     return record
 
 
-async def _step(
+def _step(
     rt: DeviceRuntime,
     run_id: str,
     state: PeerState,
@@ -257,17 +260,17 @@ async def _step(
     mine: slice,
 ) -> np.ndarray | None:
     """Send device ``j`` ``outgoing[j]``, then compute the server's step on this device's part, ``mine``."""
-    pieces = await exchange(rt, run_id, state, rnd, phase, {j: (samples, p) for j, p in enumerate(outgoing)})
+    pieces = exchange(rt, run_id, state, rnd, phase, {j: (samples, p) for j, p in enumerate(outgoing)})
     return _server_step(state, [DeviceUpdate(str(k), [pieces[k][1]], pieces[k][0]) for k in range(len(pieces))], mine)
 
 
-async def _encoded_step(
+def _encoded_step(
     rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, samples: int, encoded: Any
 ) -> np.ndarray | None:
     """Send this device's encoded update (None: it trained nothing) to every peer; the step over all, decoded."""
     assert state.compressor is not None
     n = len(state.addresses)
-    pieces = await exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
+    pieces = exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
     # Decoded as the parameter server decodes (edgelab.train._decoded), flattened in the weights' order.
     updates = [
         DeviceUpdate(str(k), [np.concatenate([a.ravel() for a in state.compressor.decode(data)])], got)
@@ -301,7 +304,7 @@ def subtree_mean(pieces: list[tuple[int, np.ndarray | None]]) -> tuple[int, np.n
     return samples, weighted_mean([[d] for _, d in usable], [s for s, _ in usable])[0]
 
 
-async def _tree_step(
+def _tree_step(
     rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, samples: int, delta: np.ndarray
 ) -> np.ndarray | None:
     """Reduce the subtrees' mean deltas up the tree to device 0, which takes the server's step; broadcast it down.
@@ -313,15 +316,15 @@ async def _tree_step(
     arithmetic bit for bit; deeper trees round each subtree's mean once more.
     """
     parent, children = tree_links(state.index, len(state.addresses))
-    got = await collect_pieces(rt, state, rnd, "up", children)
+    got = collect_pieces(rt, state, rnd, "up", children)
     pieces = [(samples, delta if samples > 0 else None)] + [got[c][:2] for c in children]
     if parent is not None:
-        await send_pieces(rt, run_id, state, rnd, "up", {parent: subtree_mean(pieces)})
-        step = (await collect_pieces(rt, state, rnd, "down", [parent]))[parent][1]
+        send_pieces(rt, run_id, state, rnd, "up", {parent: subtree_mean(pieces)}).wait()
+        step = collect_pieces(rt, state, rnd, "down", [parent])[parent][1]
     else:
         updates = [DeviceUpdate(str(k), [d], s) for k, (s, d) in enumerate(pieces) if s > 0]
         step = _server_step(state, updates, slice(None))
-    await send_pieces(rt, run_id, state, rnd, "down", dict.fromkeys(children, (0, step)))
+    send_pieces(rt, run_id, state, rnd, "down", dict.fromkeys(children, (0, step))).wait()
     return step
 
 
@@ -345,8 +348,9 @@ def _state(rt: DeviceRuntime, run_id: str) -> PeerState:
     return state
 
 
-#: What a client may call on a device for an all-reduce run; they run on the worker's event loop.
-LOOP_FUNCTIONS = {"allreduce_install": install, "allreduce_state": state_at, "allreduce_round": run_round}
+#: What a client may call on a device for an all-reduce run; a round waits for its peers, so these never run on
+#: the worker's event loop (``edgelab.runtime``), where the peers' pieces may arrive.
+PEER_FUNCTIONS = {"allreduce_install": install, "allreduce_state": state_at, "allreduce_round": run_round}
 
 
 # -------------------------------------------------------------- on the client ----
@@ -419,6 +423,7 @@ class Ring:
         states = self._install_states(rnd)
         self.token += 1
         addresses = [self.fleet.addresses[d] for d in self.devices]
+        channels = self.fleet.channel_endpoints(self.devices)
         packed = {id(w): Packed(w) for w, _ in states}  # the same weights packed once for every device
         self.fleet.call_all(
             {
@@ -436,6 +441,7 @@ class Ring:
                     self.compressor,
                     self.mode,
                     self.topology,
+                    channels,
                 )
                 for i, d in enumerate(self.devices)
             }

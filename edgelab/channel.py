@@ -149,12 +149,14 @@ class ChannelServer:
     host
         The address to listen on: the device worker's own host, never every interface.
     handle
-        ``handle(fn, args)`` runs one call and returns the reply to send (it must not raise).
+        ``handle(fn, args)`` runs one call and returns the reply to send, or None for none (it must not raise).
     ssl_context
         The worker's server-side TLS context when the cluster speaks TLS.
     """
 
-    def __init__(self, host: str, handle: Callable[[str, tuple[Any, ...]], Any], *, ssl_context: Any = None) -> None:
+    def __init__(
+        self, host: str, handle: Callable[[str, tuple[Any, ...]], Any | None], *, ssl_context: Any = None
+    ) -> None:
         self._listener = socket.create_server((host, 0), family=_family(host))
         self.address: tuple[str, int] = (host, self._listener.getsockname()[1])
         self._handle, self._ssl = handle, ssl_context
@@ -183,6 +185,8 @@ class ChannelServer:
                 fn, args = receive_message(conn)
                 reply = self._handle(fn, args)
                 self.calls += 1
+                if reply is None:  # a one-way message (a peer's piece)
+                    continue
                 try:
                     views = encode(reply)
                 except Exception as exc:  # an unpicklable result or error: say so rather than drop the channel
@@ -228,6 +232,8 @@ class Channels:
         self._open_remote, self._ssl = open_remote, ssl_context
         self._socks: dict[str, socket.socket] = {}
         self._unreachable: set[str] = set()
+        #: where each worker address's channel listens, once opened
+        self.endpoints: dict[str, tuple[str, int]] = {}
 
     def reachable(self, addresses: list[str]) -> bool:
         """Whether every one of ``addresses`` has a channel open (opening those that have none yet)."""
@@ -249,17 +255,25 @@ class Channels:
             self._unreachable.add(address)
             return None
         self._socks[address] = sock
+        self.endpoints[address] = (host, port)
         return sock
 
     def call_all(
-        self, calls: Mapping[str, tuple[str, str, tuple[Any, ...]]], *, check: Callable[[], None], poll_s: float
+        self,
+        calls: Mapping[str, tuple[str, str, tuple[Any, ...]]],
+        *,
+        check: Callable[[], None],
+        poll_s: float,
+        failed: Callable[[Any], bool] = lambda reply: False,
     ) -> dict[str, Any]:
         """Send every call, then read every reply: ``{key: (address, fn, args)}`` -> ``{key: reply}``.
 
         ``check()`` runs whenever a socket waits ``poll_s`` and may raise to
-        give the calls up. Any error leaves the channels of these calls closed
-        (a reply still on its way would otherwise be read as the next one's);
-        they are opened again on their next use.
+        give the calls up. A reply that is ``failed`` ends the wait at once:
+        only it is returned (its peers may be waiting for the failed device).
+        Any error leaves the channels of these calls closed (a reply still on
+        its way would otherwise be read as the next one's), and so does a
+        failed reply; they are opened again on their next use.
         """
         socks = {}
         for key, (address, _, _) in calls.items():
@@ -272,12 +286,18 @@ class Channels:
                 sock = socks[key]
                 sock.settimeout(poll_s)
                 send_message(sock, encode((fn, args)), check)
-            replies = _receive_all(socks, check, poll_s)
+            replies = _receive_all(socks, check, poll_s, failed)
+            if len(replies) < len(calls):  # one failed: the others' replies are left unread
+                self._drop_all(calls)
+                return replies
             return {key: replies[key] for key in calls}
         except BaseException:
-            for address, _, _ in calls.values():
-                self._drop(address)
+            self._drop_all(calls)
             raise
+
+    def _drop_all(self, calls: Mapping[str, tuple[str, str, tuple[Any, ...]]]) -> None:
+        for address, _, _ in calls.values():
+            self._drop(address)
 
     def _drop(self, address: str) -> None:
         sock = self._socks.pop(address, None)
@@ -290,8 +310,13 @@ class Channels:
             self._drop(address)
 
 
-def _receive_all(socks: dict[str, socket.socket], check: Callable[[], None], poll_s: float) -> dict[str, Any]:
-    """A reply from every socket, read as they come: a device that died is seen at once, not in its turn."""
+def _receive_all(
+    socks: dict[str, socket.socket], check: Callable[[], None], poll_s: float, failed: Callable[[Any], bool]
+) -> dict[str, Any]:
+    """A reply from every socket, read as they come: a device that died is seen at once, not in its turn.
+
+    Stops at the first ``failed`` reply.
+    """
     replies = {}
     with selectors.DefaultSelector() as selector:
         for key, sock in socks.items():
@@ -301,6 +326,8 @@ def _receive_all(socks: dict[str, socket.socket], check: Callable[[], None], pol
             if not ready:
                 check()
             for selected, _ in ready:
-                replies[selected.data] = receive_message(socks[selected.data], check)
+                reply = replies[selected.data] = receive_message(socks[selected.data], check)
+                if failed(reply):
+                    return {selected.data: reply}
                 selector.unregister(selected.fileobj)
     return replies

@@ -294,8 +294,10 @@ class Fleet:
 
         On the devices' round channels when every one of them can be opened,
         else on Dask's comms (``direct_all`` and ``wait``). Either way a device
-        lost meanwhile ends the wait (``wait``), and the first error in the
-        order of ``calls`` is raised.
+        lost meanwhile ends the wait (``wait``), and an error a device returns
+        is raised: on channels the first to come back, at once (its peers in
+        an all-reduce may be waiting for it); on Dask's comms the first in the
+        order of ``calls``, once all came back.
         """
         channels = self.channels
         if channels is None or not channels.reachable([self.addresses[d] for d in calls]):
@@ -314,12 +316,22 @@ class Fleet:
                 )
 
         replies = channels.call_all(
-            {d: (self.addresses[d], fn, tuple(args)) for d, (fn, *args) in calls.items()}, check=check, poll_s=POLL_S
+            {d: (self.addresses[d], fn, tuple(args)) for d, (fn, *args) in calls.items()},
+            check=check,
+            poll_s=POLL_S,
+            failed=lambda reply: reply["status"] != "OK",
         )
         for reply in replies.values():
             if reply["status"] != "OK":
                 raise reply["exception"]
         return {d: reply["result"] for d, reply in replies.items()}
+
+    def channel_endpoints(self, devices: list[str]) -> list[tuple[str, int]] | None:
+        """Where each device's round channel listens, for peers to send it pieces; None where calls use Dask's comms."""
+        addresses = [self.addresses[d] for d in devices]
+        if self.channels is None or not self.channels.reachable(addresses):
+            return None
+        return [self.channels.endpoints[a] for a in addresses]
 
     def _open_channel(self, address: str) -> tuple[str, int]:
         """Have the device worker at ``address`` listen for its round channel: its (host, port)."""

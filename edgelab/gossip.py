@@ -95,10 +95,10 @@ def mix(row: dict[int, float], vectors: dict[int, np.ndarray]) -> np.ndarray:
     return np.asarray(total).astype(vectors[min(row)].dtype)
 
 
-async def average(rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, mine: np.ndarray) -> np.ndarray:
+def average(rt: DeviceRuntime, run_id: str, state: PeerState, rnd: int, mine: np.ndarray) -> np.ndarray:
     """Send ``mine`` (this device's weights after its round) to its neighbours; their Metropolis average."""
     near = state.topology[state.index]
-    got = await exchange(rt, run_id, state, rnd, "gossip", dict.fromkeys(near, (0, mine)), sources=near)
+    got = exchange(rt, run_id, state, rnd, "gossip", dict.fromkeys(near, (0, mine)), sources=near)
     return mix(metropolis_row(state.topology, state.index), {**{j: got[j][1] for j in near}, state.index: mine})
 
 

@@ -1,26 +1,34 @@
-"""Pieces of a round sent device to device on Dask's worker comms, counted as serialized.
+"""Pieces of a round sent device to device, counted as serialized.
 
 Every device of a peer-to-peer run (``edgelab.allreduce``, ``edgelab.gossip``)
-keeps an inbox per (round, phase); a peer's piece arrives through the device
-runtime's ``PEER_OP`` handler (``receive``) and wakes whoever waits for it
-(``collect_pieces``). Sends carry no acknowledgement: a peer that is gone is
-found by the client, which installs a new state, and a device still waiting
-then gives the round up (``RoundAbandoned``). Each piece is serialized once
-however many peers it goes to, and its bytes (header and frames) are added to
-the state's ``traffic``.
+keeps an ``Inbox``; a peer's piece arrives on the device's round channel
+(``edgelab.channel``: a plain socket from each peer, read on a thread of its
+own) or, on a run whose client keeps its calls on Dask's comms, through the
+runtime's ``PEER_OP`` handler; either way it wakes the round's thread that
+waits for it (``collect_pieces``). Sends carry no acknowledgement: a peer that
+is gone is found by the client, which installs a new state, and a device
+still waiting then gives the round up (``RoundAbandoned``).
+
+Each piece is pickled once however many peers it goes to (``serialized``:
+protocol 5, its arrays' buffers out of band), and its bytes, the pickle and
+the buffers, are added to the state's ``traffic``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import pickle
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-from distributed.protocol import Serialized
-from distributed.protocol.serialize import serialize_and_split
+from distributed.protocol import to_serialize
 
+from edgelab.channel import encode, send_message
 from edgelab.runtime import PEER_OP
+from edgelab.wire import Bundle
 
 if TYPE_CHECKING:
     from edgelab.allreduce import PeerState
@@ -28,13 +36,84 @@ if TYPE_CHECKING:
 
 #: How long a device waits for its peers' slices before it gives the round up.
 SLICE_TIMEOUT_S = 300.0
+#: The channel call that carries a peer's piece (one way: the receiver sends no reply).
+PEER_PIECE = "peer_piece"
 
 
 class RoundAbandoned(RuntimeError):
     """The client installed a new state while this device waited for its peers (a peer was lost)."""
 
 
-async def exchange(
+class Piece:
+    """A value pickled once for every peer it goes to: the pickle and its arrays' buffers, uncopied."""
+
+    __slots__ = ("data", "buffers")
+
+    def __init__(self, data: bytes, buffers: list[Any]) -> None:
+        self.data, self.buffers = data, buffers
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire: the pickle and the buffers."""
+        return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers)
+
+    def value(self) -> Any:
+        """The value it was made from (its arrays views of the buffers it arrived in)."""
+        return pickle.loads(self.data, buffers=self.buffers)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The buffers go out of band again inside the message that carries the piece.
+        return (Piece, (self.data, [pickle.PickleBuffer(b) for b in self.buffers]))
+
+
+def serialized(value: Any) -> tuple[Piece | None, int]:
+    """``value`` pickled for its peers, and its bytes on the wire (None travels as nothing)."""
+    if value is None:
+        return None, 0
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    piece = Piece(data, [b.raw() for b in buffers])
+    return piece, piece.nbytes
+
+
+class Inbox:
+    """The pieces a device's peers sent it, by (round, phase) and sender; a round's thread waits for them."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._pieces: dict[tuple[int, str], dict[int, tuple[int, Any, int]]] = {}
+        self.abandoned = False
+
+    def put(self, key: tuple[int, str], src: int, piece: tuple[int, Any, int]) -> None:
+        """Add ``src``'s piece (samples, value, bytes) for ``key`` and wake whoever waits."""
+        with self._ready:
+            self._pieces.setdefault(key, {})[src] = piece
+            self._ready.notify_all()
+
+    def abandon(self) -> None:
+        """Give up every wait: the client installed a new state."""
+        with self._ready:
+            self.abandoned = True
+            self._ready.notify_all()
+
+    def take(self, key: tuple[int, str], sources: Iterable[int], timeout_s: float) -> dict[int, tuple[int, Any, int]]:
+        """The pieces of ``key`` from every device of ``sources``, waited for; ``RoundAbandoned`` if they never come."""
+        wanted = set(sources)
+        deadline = time.monotonic() + timeout_s
+        with self._ready:
+            while not self.abandoned and not wanted <= self._pieces.get(key, {}).keys():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._ready.wait(remaining)
+            got = self._pieces.get(key, {})
+            if self.abandoned or not wanted <= got.keys():
+                missing = sorted(wanted - got.keys())
+                raise RoundAbandoned(f"round {key[0]} {key[1]} ended without slices from devices {missing}")
+            return self._pieces.pop(key, {})
+
+
+def exchange(
     rt: DeviceRuntime,
     run_id: str,
     state: PeerState,
@@ -48,16 +127,23 @@ async def exchange(
     This device's own piece, if ``outgoing`` holds one, is among the pieces returned.
     """
     if state.index in outgoing:
-        state.inbox.setdefault((rnd, phase), {})[state.index] = (*outgoing[state.index], 0)
+        state.inbox.put((rnd, phase), state.index, (*outgoing[state.index], 0))
     wanted = range(len(state.addresses)) if sources is None else sources
     sent = send_pieces(rt, run_id, state, rnd, phase, outgoing)
-    try:
-        pieces = await collect_pieces(rt, state, rnd, phase, wanted)
-    except RoundAbandoned:
-        sent.cancel()
-        raise
-    await sent
+    pieces = collect_pieces(rt, state, rnd, phase, wanted)
+    sent.wait()
     return pieces
+
+
+class _Sent:
+    """Sends still under way on Dask's comms (on channels a send is done when it returns)."""
+
+    def __init__(self, futures: list[concurrent.futures.Future[Any]]) -> None:
+        self.futures = futures
+
+    def wait(self) -> None:
+        for future in self.futures:
+            future.result()
 
 
 def send_pieces(
@@ -67,69 +153,47 @@ def send_pieces(
     rnd: int,
     phase: str,
     outgoing: dict[int, tuple[int, Any]],
-) -> asyncio.Future[Any]:
-    """Start sending ``outgoing[j]`` to each peer ``j`` (not this device), counting the traffic; await the result."""
+) -> _Sent:
+    """Send ``outgoing[j]`` to each peer ``j`` (not this device), counting the traffic."""
     # Each piece serialized once, however many peers it goes to (an all-gather's goes to all n - 1).
-    wire: dict[int, tuple[Serialized | None, int]] = {}  # by the piece's id
-    sends = []
-    for j, (samples, piece) in outgoing.items():
+    wire: dict[int, tuple[Piece | None, int]] = {}  # by the piece's id
+    pending = []
+    for j, (samples, value) in outgoing.items():
         if j == state.index:
             continue
-        if id(piece) not in wire:
-            wire[id(piece)] = serialized(piece)
-        frames, nbytes = wire[id(piece)]
+        if id(value) not in wire:
+            wire[id(value)] = serialized(value)
+        piece, nbytes = wire[id(value)]
         state.traffic["peer_bytes_sent"] += nbytes
         state.traffic["peer_messages_sent"] += 1
-        sends.append(
-            getattr(rt._worker.rpc(state.addresses[j]), PEER_OP)(
-                reply=False,  # no acknowledgement: a peer that is gone is found by the client
-                run_id=run_id,
-                token=state.token,
-                rnd=rnd,
-                phase=phase,
-                src=state.index,
-                samples=samples,
-                data=frames,
-                nbytes=nbytes,
-            )
-        )
-    return asyncio.gather(*sends)
+        args = (run_id, state.token, rnd, phase, state.index, samples, piece, nbytes)
+        sock = None if state.channels is None else rt.peer_socket(state.channels[j])
+        if sock is not None:
+            try:
+                send_message(sock, encode((PEER_PIECE, args)))
+            except OSError:
+                rt.drop_peer_socket(state.channels[j])  # type: ignore[index]
+                raise
+        else:
+            # No acknowledgement: a peer that is gone is found by the client.
+            call = getattr(rt._worker.rpc(state.addresses[j]), PEER_OP)(reply=False, args=to_serialize(Bundle(args)))
+            pending.append(asyncio.run_coroutine_threadsafe(call, rt._worker.loop.asyncio_loop))
+    return _Sent(pending)
 
 
-async def collect_pieces(
+def collect_pieces(
     rt: DeviceRuntime, state: PeerState, rnd: int, phase: str, sources: Iterable[int]
 ) -> dict[int, tuple[int, Any, int]]:
     """Wait for the pieces of ``(rnd, phase)`` from every device of ``sources``: by device index."""
-    key, wanted = (rnd, phase), set(sources)
-    inbox = state.inbox.setdefault(key, {})
-    deadline = asyncio.get_running_loop().time() + SLICE_TIMEOUT_S
-    while not wanted <= inbox.keys() and not state.abandoned:
-        state.arrived.clear()
-        remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            break
-        try:
-            await asyncio.wait_for(state.arrived.wait(), remaining)
-        except TimeoutError:
-            break
-    if state.abandoned or not wanted <= inbox.keys():
-        missing = sorted(wanted - inbox.keys())
-        raise RoundAbandoned(f"device {rt.device}: round {rnd} {phase} ended without slices from devices {missing}")
-    pieces = state.inbox.pop(key)
+    try:
+        pieces = state.inbox.take((rnd, phase), sources, SLICE_TIMEOUT_S)
+    except RoundAbandoned as exc:
+        raise RoundAbandoned(f"device {rt.device}: {exc}") from None
     state.traffic["peer_bytes_received"] += sum(nbytes for _, _, nbytes in pieces.values())
     return pieces
 
 
-def serialized(value: Any) -> tuple[Serialized | None, int]:
-    """``value`` serialized as Dask's comms send it (uncompressed: Dask's default), and its bytes: header and frames."""
-    if value is None:
-        return None, 0
-    header, frames = serialize_and_split(value, on_error="raise")
-    size = len(msgpack.dumps(header, use_bin_type=True)) + sum(memoryview(f).nbytes for f in frames)
-    return Serialized(header, frames), size
-
-
-async def receive(
+def receive(
     rt: DeviceRuntime,
     run_id: str,
     token: int,
@@ -137,13 +201,12 @@ async def receive(
     phase: str,
     src: int,
     samples: int,
-    data: Any,
+    piece: Piece | None,
     nbytes: int = 0,
 ) -> str:
-    """A peer's piece for this device (the ``PEER_OP`` handler); an older installation's is dropped."""
+    """A peer's piece for this device (on its channel, or by ``PEER_OP``); an older installation's is dropped."""
     state = rt.peers.get(run_id)
     if state is None or token != state.token:
         return "dropped"
-    state.inbox.setdefault((rnd, phase), {})[src] = (samples, data, nbytes)
-    state.arrived.set()
+    state.inbox.put((rnd, phase), src, (samples, None if piece is None else piece.value(), nbytes))
     return "OK"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import socket
 import threading
 import time
 import weakref
@@ -33,7 +34,7 @@ import psutil
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
-from edgelab.channel import ChannelServer
+from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 from edgelab.user_model import UserModel, UserModelPayload
@@ -194,7 +195,9 @@ class DeviceRuntime(WorkerPlugin):
     _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
     # The device's round channel (edgelab.channel), open once the client asked for it.
     channel: ChannelServer | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
+    # Connections to peer devices' channels, by (host, port), and those that could not be opened.
+    _peer_socks: dict[tuple[str, int], socket.socket] = field(default_factory=dict)
+    _unreachable_peers: set[tuple[str, int]] = field(default_factory=set)
 
     def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
@@ -214,6 +217,8 @@ class DeviceRuntime(WorkerPlugin):
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+        for endpoint in list(self._peer_socks):
+            self.drop_peer_socket(endpoint)
         if self.sampler is not None:
             self.sampler.stop()
         self.shards.clear()
@@ -230,15 +235,17 @@ class DeviceRuntime(WorkerPlugin):
         Errors travel back as values, as an actor's do: an expected one (a
         device that restarted and lost its shard) must not log a traceback here.
         """
-        from edgelab.allreduce import LOOP_FUNCTIONS
+        from edgelab.allreduce import PEER_FUNCTIONS
 
-        if fn not in DIRECT_FUNCTIONS and fn not in LOOP_FUNCTIONS and fn != OPEN_CHANNEL:
+        if fn not in DIRECT_FUNCTIONS and fn not in PEER_FUNCTIONS and fn != OPEN_CHANNEL:
             return {"status": "error", "exception": to_serialize(_unknown_direct(fn))}
         try:
             if fn == OPEN_CHANNEL:
                 result: Any = self.open_channel()
-            elif fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop, and train through run() below
-                result = await LOOP_FUNCTIONS[fn](self, *args)
+            elif fn in PEER_FUNCTIONS:  # they wait for peers' pieces, which arrive on this loop: never inline
+                executor = self._worker.executors["default"]
+                call = (_as_device, self, PEER_FUNCTIONS[fn], (self, *args))
+                result = await asyncio.get_running_loop().run_in_executor(executor, *call)
             else:
                 result = await self.run(DIRECT_FUNCTIONS[fn], args)
         except Exception as exc:
@@ -246,35 +253,70 @@ class DeviceRuntime(WorkerPlugin):
         return {"status": "OK", "result": to_serialize(Bundle(result))}
 
     def open_channel(self) -> tuple[str, int]:
-        """Listen for the client's round channel beside the worker (its host; TLS if it speaks TLS): (host, port).
+        """Listen for round channels beside the worker (its host; TLS if it speaks TLS): the (host, port).
 
-        Called on the worker's event loop, which the channel's calls of
-        ``LOOP_FUNCTIONS`` then run on.
+        The client's calls and the peers' pieces of all-reduce rounds come on it.
         """
         if self.channel is None:
-            from distributed.comm import get_address_host, parse_address
+            from distributed.comm import get_address_host
 
-            self._loop = asyncio.get_running_loop()
-            scheme, _ = parse_address(self._worker.address)
-            tls = self._worker.security.get_listen_args("worker")["ssl_context"] if scheme == "tls" else None
+            tls = self._worker.security.get_listen_args("worker")["ssl_context"] if self._speaks_tls() else None
             self.channel = ChannelServer(get_address_host(self._worker.address), self._channel_call, ssl_context=tls)
         return self.channel.address
 
-    def _channel_call(self, fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
-        """A call that came on the round channel, run on the channel's thread; errors travel back as values."""
-        from edgelab.allreduce import LOOP_FUNCTIONS
+    def _speaks_tls(self) -> bool:
+        from distributed.comm import parse_address
+
+        return bool(parse_address(self._worker.address)[0] == "tls")
+
+    def _channel_call(self, fn: str, args: tuple[Any, ...]) -> dict[str, Any] | None:
+        """A call that came on a round channel, run on the channel's thread; errors travel back as values.
+
+        A peer's piece gets no reply (None).
+        """
+        from edgelab.allreduce import PEER_FUNCTIONS
+        from edgelab.peer_messages import PEER_PIECE, receive
 
         try:
+            if fn == PEER_PIECE:
+                receive(self, *args)
+                return None
             if fn in DIRECT_FUNCTIONS:
                 result = _as_device(self, DIRECT_FUNCTIONS[fn], args)
-            elif fn in LOOP_FUNCTIONS:  # they wait for peers on the event loop
-                assert self._loop is not None, "open_channel ran on the event loop"
-                result = asyncio.run_coroutine_threadsafe(LOOP_FUNCTIONS[fn](self, *args), self._loop).result()
+            elif fn in PEER_FUNCTIONS:
+                result = _as_device(self, PEER_FUNCTIONS[fn], (self, *args))
             else:
                 raise _unknown_direct(fn)
         except Exception as exc:
             return {"status": "error", "exception": exc}
         return {"status": "OK", "result": result}
+
+    def peer_socket(self, endpoint: tuple[str, int]) -> socket.socket | None:
+        """A connection to a peer device's round channel at ``endpoint``, opened on first use; None if unreachable.
+
+        Only a device's round thread sends to its peers, one piece at a time.
+        """
+        if endpoint in self._peer_socks:
+            return self._peer_socks[endpoint]
+        if endpoint in self._unreachable_peers:
+            return None
+        try:
+            sock = socket.create_connection(endpoint, timeout=CONNECT_TIMEOUT_S)
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._speaks_tls():
+                sock = self._worker.security.get_connection_args("worker")["ssl_context"].wrap_socket(sock)
+        except OSError:
+            self._unreachable_peers.add(endpoint)  # its pieces go on Dask's comms
+            return None
+        self._peer_socks[endpoint] = sock
+        return sock
+
+    def drop_peer_socket(self, endpoint: tuple[str, int]) -> None:
+        """Close a peer connection that failed (the peer is gone); the next send opens a new one."""
+        sock = self._peer_socks.pop(endpoint, None)
+        if sock is not None:
+            sock.close()
 
     async def run(self, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """``func(*args)`` as this device, for a direct call: on the event loop when short, else the worker's thread.
@@ -299,11 +341,11 @@ class DeviceRuntime(WorkerPlugin):
         self._last_s[key] = time.perf_counter() - start
         return result
 
-    async def _peer(self, **piece: Any) -> str:
-        """A peer device's piece of an all-reduce round (``edgelab.allreduce.receive``)."""
+    async def _peer(self, args: tuple[Any, ...]) -> str:
+        """A peer device's piece of an all-reduce round on Dask's comms (``edgelab.peer_messages.receive``)."""
         from edgelab.peer_messages import receive
 
-        return await receive(self, **piece)
+        return receive(self, *args)
 
     def counters(self) -> tuple[int, int]:
         """Cumulative payload bytes (sent, received) of this device."""
@@ -329,9 +371,9 @@ class DeviceRuntime(WorkerPlugin):
 
 
 def _unknown_direct(fn: str) -> ValueError:
-    from edgelab.allreduce import LOOP_FUNCTIONS
+    from edgelab.allreduce import PEER_FUNCTIONS
 
-    return ValueError(f"fn={fn!r} is not a direct function: one of {', '.join([*DIRECT_FUNCTIONS, *LOOP_FUNCTIONS])}")
+    return ValueError(f"fn={fn!r} is not a direct function: one of {', '.join([*DIRECT_FUNCTIONS, *PEER_FUNCTIONS])}")
 
 
 # The runtime a direct call runs for, on the thread running it (get_worker() knows only tasks).
