@@ -1,14 +1,19 @@
 """Benchmark: what a synchronous round costs edgelab, against its floor and beside its peers, in one run.
 
 A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
-   transport (``edgelab.fleet.TRANSPORTS``): LeNet-MLP, batch 64, one round per
-   batch. Overhead = a round's host wall (``round_wall_s``: the calls, the wait,
-   the aggregation) minus its compute, where compute is the slowest device's
+   transport (``edgelab.fleet.TRANSPORTS``, on the devices' round channels) and
+   the direct one on Dask's comms as before them (``direct-dask``,
+   ``EDGELAB_CHANNELS=0``): LeNet-MLP, batch 64, one round per batch. Overhead
+   = a round's host wall (``round_wall_s``: the calls, the wait, the
+   aggregation) minus its compute, where compute is the slowest device's
    compute wall or, when the devices outnumber the host's cores, their CPU
-   seconds over the cores, whichever is longer. Floor = one round trip on
-   Dask's comms (a worker's ``identity``) + the raw loopback transfer of the
-   round's bytes (a plain TCP echo in another process). Target: overhead <= 1.5x
-   the floor for 2, 5 and 10 devices. Rounds/s and host CPU per round (every
+   seconds over the cores, whichever is longer. Floor = one round trip on the
+   transport the side uses (a small call on a round channel, or a worker's
+   ``identity`` on Dask's comms) + the raw loopback transfer of the round's
+   bytes (a plain TCP echo in another process). Target: overhead <= 1.5x the
+   floor for 2, 5 and 10 devices. Beside it, the same bytes echoed by the
+   devices on each transport, and the parameter server's own arithmetic (the
+   mean of the updates, on the client). Rounds/s and host CPU per round (every
    process of the cluster) show how the cost scales (``sync.png``).
 B. Synchronous SGD beside TensorFlow's MultiWorkerMirroredStrategy (2 local
    processes, ring all-reduce, ``sides/mwms_worker.py``): the same MLP,
@@ -59,7 +64,7 @@ from distributed.protocol import to_serialize  # noqa: E402
 from edgelab.cluster import DeviceCluster, connect  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.errors import ConfigError  # noqa: E402
-from edgelab.fleet import TRANSPORTS  # noqa: E402
+from edgelab.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
 from edgelab.models import ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.paths import reports_dir  # noqa: E402
 from edgelab.results import atomic_write_text  # noqa: E402
@@ -68,6 +73,8 @@ from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
 SIDES = Path(__file__).resolve().parent / "sides"
 BATCH = 64
 OVERHEAD_TARGET = 1.5  # overhead / floor, at most
+#: Part A's sides: every transport on round channels, and the direct one on Dask's comms (as before channels).
+SIDES_A = (*TRANSPORTS, "direct-dask")
 PEER_TARGET = 1.0  # edgelab rate / peer rate, at least
 DEVICE_COUNTS = (1, 2, 5, 10)
 #: peer name -> (module it needs, what installs it)
@@ -161,6 +168,27 @@ def comm_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int = 5
     return float(statistics.median(cluster.client.sync(echoes)))
 
 
+def channel_round_trip_s(cluster: DeviceCluster, *, repeats: int = 200) -> float:
+    """Median seconds of one small call and its reply on a device's round channel (``edgelab.channel``)."""
+    return channel_echo_s(cluster, 1, 0, repeats=repeats)
+
+
+def channel_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int = 50) -> float:
+    """Median seconds for ``nbytes`` to go to ``n`` devices at once on their round channels and come back."""
+    devices = cluster.devices[:n]
+    fleet = Fleet.for_cluster(cluster, devices, lambda todo: None, log=lambda _: None)
+    if fleet.channel_endpoints(devices) is None:
+        raise RuntimeError("the devices' round channels could not be opened")
+    payload = np.zeros(nbytes // 4, np.float32)
+    calls = {d: ("echo", payload) for d in devices}
+    times = []
+    for _ in range(repeats + 5):
+        start = time.perf_counter()
+        fleet.call_all(calls)
+        times.append(time.perf_counter() - start)
+    return float(statistics.median(times[5:]))
+
+
 # ---------------------------------------------------------------- rounds ----
 
 
@@ -179,8 +207,10 @@ def _cluster_cpu_s() -> float:
 
 def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
     """Per-round wall, compute, overhead and bytes of a per-batch run."""
-    per_round = run.records.groupby("round").agg(
+    records = run.records if "server_s" in run.records else run.records.assign(server_s=0.0)
+    per_round = records.groupby("round").agg(
         wall_s=("round_wall_s", "first"),
+        server_s=("server_s", "first"),
         slowest_s=("wall_s", "max"),
         device_cpu_s=("cpu_s", "sum"),
         bytes=("bytes_sent", "sum"),
@@ -194,6 +224,7 @@ def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
         "round_ms": 1e3 * float(per_round["wall_s"].median()),
         "compute_ms": 1e3 * float(compute.median()),
         "overhead_ms": 1e3 * float(overhead.median()),
+        "server_ms": 1e3 * float(per_round["server_s"].median()),
         "device_cpu_ms": 1e3 * float(per_round["device_cpu_s"].median()),
         "bytes_per_round": float((per_round["bytes"] + per_round["bytes_in"]).median()),
         "bytes_out_per_device": float(per_round["bytes_in"].median()) / max(1, run.config.n_devices),
@@ -201,13 +232,14 @@ def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
 
 
 def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, Any]:
-    """Part A: per-round overhead and its floor, host CPU per round, for each device count and transport."""
+    """Part A: per-round overhead and its floor, host CPU per round, for each device count and side."""
     cores = len(os.sched_getaffinity(0))
     out: dict[str, Any] = {"cores": cores, "cells": []}
     n_max = max(DEVICE_COUNTS)
     data = dataset.limited(sample_limit=rounds * BATCH, test_limit=100)
     with connect(n_max, dashboard_address="127.0.0.1:0") as cluster:
         out["rtt_ms"] = 1e3 * comm_round_trip_s(cluster)
+        out["channel_rtt_ms"] = 1e3 * channel_round_trip_s(cluster)
         payload = 4 * sum(w.size for w in build_model(ModelSpec("mlp")).get_weights())
         for n in DEVICE_COUNTS:
             # Every device walks the same number of batches: one round per batch, `rounds` rounds.
@@ -215,29 +247,38 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
             train(cluster, data.limited(sample_limit=4 * BATCH, test_limit=100), cfg, log=lambda _: None)
             raw_ms = 1e3 * raw_loopback_s(n * payload)
             echo_ms = 1e3 * comm_echo_s(cluster, n, payload)
+            channel_echo_ms = 1e3 * channel_echo_s(cluster, n, payload)
             for rep in range(repeats):
-                for transport in TRANSPORTS if rep % 2 == 0 else TRANSPORTS[::-1]:
+                for side in SIDES_A if rep % 2 == 0 else SIDES_A[::-1]:
+                    on_dask = side in ("direct-dask", "scheduler")
+                    os.environ[CHANNELS_ENV] = "0" if side == "direct-dask" else "1"
                     cpu0, t0 = _cluster_cpu_s(), time.perf_counter()
-                    run = train(cluster, data, cfg, transport=transport, log=lambda _: None)
+                    run = train(cluster, data, cfg, transport=side.removesuffix("-dask"), log=lambda _: None)
                     cpu, wall = _cluster_cpu_s() - cpu0, time.perf_counter() - t0
-                    cell = {"devices": n, "transport": transport, "repeat": rep, **round_costs(run, cores)}
+                    rtt_ms = out["rtt_ms"] if on_dask else out["channel_rtt_ms"]
+                    cell = {"devices": n, "transport": side, "repeat": rep, **round_costs(run, cores)}
                     cell.update(
                         rounds_per_s=cell["rounds"] / (run.host["train_wall_s"] - run.evaluations["eval_wall_s"].sum()),
                         host_cpu_ms_per_round=1e3 * cpu / cell["rounds"],
+                        # Over the whole run, set-up included, as the CPU seconds are.
+                        cores_busy=cpu / wall,
                         run_wall_s=wall,
                         raw_loopback_ms=raw_ms,
-                        floor_ms=out["rtt_ms"] + raw_ms,
+                        floor_ms=rtt_ms + raw_ms,
                         dask_echo_ms=echo_ms,
+                        channel_echo_ms=channel_echo_ms,
+                        echo_ms=echo_ms if on_dask else channel_echo_ms,
                     )
                     cell["overhead_over_floor"] = cell["overhead_ms"] / cell["floor_ms"]
-                    cell["overhead_over_echo"] = cell["overhead_ms"] / echo_ms
+                    cell["overhead_over_echo"] = cell["overhead_ms"] / cell["echo_ms"]
                     out["cells"].append(cell)
                     print(
-                        f"[A] {n:2d} devices {transport:9s}: {cell['round_ms']:6.2f} ms/round, overhead "
+                        f"[A] {n:2d} devices {side:11s}: {cell['round_ms']:6.2f} ms/round, overhead "
                         f"{cell['overhead_ms']:5.2f} ms = {cell['overhead_over_floor']:.2f}x floor "
                         f"{cell['floor_ms']:.2f} ms, host CPU {cell['host_cpu_ms_per_round']:.1f} ms/round",
                         flush=True,
                     )
+            os.environ.pop(CHANNELS_ENV, None)
     return out
 
 
@@ -369,7 +410,7 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
     """Medians over repeats per (devices, transport), with the target verdict."""
     rows = []
     for n in DEVICE_COUNTS:
-        for transport in TRANSPORTS:
+        for transport in SIDES_A:
             cells = [c for c in part["cells"] if c["devices"] == n and c["transport"] == transport]
             if not cells:
                 continue
@@ -378,18 +419,19 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
                 "round_ms",
                 "compute_ms",
                 "overhead_ms",
+                "server_ms",
                 "floor_ms",
                 "overhead_over_floor",
-                "dask_echo_ms",
+                "echo_ms",
                 "overhead_over_echo",
                 "rounds_per_s",
                 "host_cpu_ms_per_round",
                 "device_cpu_ms",
                 "bytes_per_round",
+                # How many of the host's cores the cluster kept busy: near their number, the host is the bound.
+                "cores_busy",
             ):
                 row[key] = float(statistics.median(c[key] for c in cells))
-            # How many of the host's cores the cluster kept busy: near their number, the host is the bound.
-            row["cores_busy"] = row["host_cpu_ms_per_round"] / row["round_ms"]
             row["target_met"] = None if n == 1 else row["overhead_over_floor"] <= OVERHEAD_TARGET
             rows.append(row)
     return rows
@@ -403,7 +445,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for transport, marker in zip(TRANSPORTS, "os^", strict=False):
+    for transport, marker in zip(SIDES_A, "os^vD", strict=False):
         mine = [r for r in rows if r["transport"] == transport]
         n = [r["devices"] for r in mine]
         left.plot(n, [r["rounds_per_s"] for r in mine], marker=marker, label=transport)
@@ -411,7 +453,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
         if transport == "direct":
             right.plot(n, [r["device_cpu_ms"] for r in mine], ls="--", color="grey", label="devices' training steps")
             right.plot(n, [r["floor_ms"] for r in mine], ls=":", color="black", label="floor (wall ms)")
-            right.plot(n, [r["dask_echo_ms"] for r in mine], ls="-.", color="black", label="Dask echo (wall ms)")
+            right.plot(n, [r["echo_ms"] for r in mine], ls="-.", color="black", label="channel echo (wall ms)")
     left.set(xlabel="devices", ylabel="rounds per second (host wall)", title="Synchronous rounds, LeNet-MLP batch 64")
     right.set(xlabel="devices", ylabel="ms per round", title="Host CPU per round")
     for ax in (left, right):
@@ -443,29 +485,33 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"## A. Per-round overhead against its floor (median of {results['config']['repeats']} runs of "
             f"{results['config']['rounds']} rounds; {a['cores']} host cores)",
             "",
-            f"Floor = one round trip on Dask's comms ({a['rtt_ms']:.3f} ms) + the raw loopback TCP transfer of "
-            "the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices. Dask echo = the same "
-            "bytes sent to the round's workers at once and echoed back on Dask's comms (no task, no thread): "
-            "what the transport itself costs.",
+            f"Floor = one round trip on the side's transport (a round channel: {a['channel_rtt_ms']:.3f} ms; "
+            f"Dask's comms, for scheduler and direct-dask: {a['rtt_ms']:.3f} ms) + the raw loopback TCP transfer "
+            "of the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices. Echo = the same bytes "
+            "sent to the round's devices at once and echoed back on the side's transport (no training): what "
+            "moving them costs there. Server = the parameter server's mean of the updates, on the client "
+            "(part of the overhead; the floor has no arithmetic).",
             "",
-            "| devices | transport | round ms | compute ms | overhead ms | floor ms | overhead / floor | target | "
-            "Dask echo ms | overhead / echo | rounds/s | host CPU ms/round | cores busy | MB/round |",
-            "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+            "| devices | transport | round ms | compute ms | overhead ms | server ms | floor ms | overhead / floor | "
+            "target | echo ms | overhead / echo | rounds/s | host CPU ms/round | cores busy | MB/round |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in a["summary"]:
             target = "-" if r["target_met"] is None else ("yes" if r["target_met"] else "no")
             lines.append(
                 f"| {r['devices']} | {r['transport']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | "
-                f"{r['overhead_ms']:.2f} | {r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {target} | "
-                f"{r['dask_echo_ms']:.2f} | {r['overhead_over_echo']:.2f} | {r['rounds_per_s']:.1f} | "
-                f"{r['host_cpu_ms_per_round']:.1f} | {r['cores_busy']:.2f} | {r['bytes_per_round'] / 1e6:.2f} |"
+                f"{r['overhead_ms']:.2f} | {r['server_ms']:.2f} | {r['floor_ms']:.2f} | "
+                f"{r['overhead_over_floor']:.2f} | {target} | {r['echo_ms']:.2f} | {r['overhead_over_echo']:.2f} | "
+                f"{r['rounds_per_s']:.1f} | {r['host_cpu_ms_per_round']:.1f} | {r['cores_busy']:.2f} | "
+                f"{r['bytes_per_round'] / 1e6:.2f} |"
             )
         lines += [
             "",
             "Compute = the slowest device's compute wall, or the devices' CPU seconds over the host's cores when "
             "they outnumber them (ten devices queue for two cores). Host CPU: every process of the cluster "
-            "(client, scheduler, nannies, workers) over the run, per round; cores busy = host CPU / round wall: "
-            f"near the host's {a['cores']} cores, the round waits for CPU, not for the link. ![scaling](sync.png)",
+            "(client, scheduler, nannies, workers) over the run, its set-up (data to the devices, their models "
+            "warmed) included, per round; cores busy = that CPU / the run's wall: near the host's "
+            f"{a['cores']} cores, the run waits for CPU, not for the link. ![scaling](sync.png)",
         ]
     if "mwms" in results:
         b = results["mwms"]

@@ -72,9 +72,13 @@ def sync_headlines(result: dict[str, Any]) -> list[Headline]:
     """Per-round overhead over its floor (<= 1.5), and the peers: MWMS steps/s, Flower rounds/s, start-up (>= 1)."""
     rows = []
     for cell in result.get("rounds", {}).get("summary", []):
-        if cell["transport"] == "direct" and cell["devices"] > 1:
+        if cell["devices"] > 1 and cell["transport"] in ("direct", "allreduce"):
             value = cell["overhead_over_floor"]
-            rows.append(_headline(f"sync/{cell['devices']} devices: overhead / floor", value, "<= 1.5", value <= 1.5))
+            # The parameter server keeps its old name, so its history reads on.
+            name = "" if cell["transport"] == "direct" else f" ({cell['transport']})"
+            rows.append(
+                _headline(f"sync/{cell['devices']} devices{name}: overhead / floor", value, "<= 1.5", value <= 1.5)
+            )
     mwms = result.get("mwms") or {}
     if "ratio" in mwms:
         rows.append(_headline("sync: edgelab / MWMS steps/s", mwms["ratio"], ">= 1.0", mwms["ratio"] >= 1.0))

@@ -724,8 +724,14 @@ def stop_monitor(dask_worker: Any = None) -> list[dict[str, float]]:
 # Rounds of one model, batch size and number of batches cost alike; others need not (DeviceRuntime.run).
 train_round.cost_key = lambda task, _weights: (task.spec, task.steps, task.batch_size)  # type: ignore[attr-defined]
 
+
+def echo(*values: Any) -> tuple[Any, ...]:
+    """The values, sent back: what a direct call costs without its work (``benchmarks/bench_sync.py``)."""
+    return values
+
+
 #: What a client may call on a device directly, without the scheduler (``DeviceRuntime._direct``).
-DIRECT_FUNCTIONS: dict[str, Callable[..., Any]] = {"train_round": train_round}
+DIRECT_FUNCTIONS: dict[str, Callable[..., Any]] = {"train_round": train_round, "echo": echo}
 
 
 def probe_memory(model: str | UserModelPayload, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:

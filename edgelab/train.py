@@ -333,6 +333,7 @@ def train(
                     # The devices averaged among themselves: the client holds no weights until it asks.
                     results = [(None, r) for r in fleet.attempt("broadcast", rnd, partial(ring.round, tasks, rnd))]
                     round_wall = fleet.last_attempt_s
+                    server_s = 0.0  # the devices computed the step inside the round
                     fleet.point("aggregate", rnd)
                     weights = None
                 else:
@@ -348,11 +349,19 @@ def train(
                     if stragglers is not None:
                         updates = stragglers.on_time(updates, [r for _, r in results], rnd)
                     weights = strategy.aggregate(weights, updates) or weights
-                    round_wall = attempt_s + time.perf_counter() - t_agg
+                    server_s = time.perf_counter() - t_agg
+                    round_wall = attempt_s + server_s
                 for _, record in results:
                     monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
                     records.append(
-                        {**record, "round_wall_s": round_wall, "update": rnd, "pulled_version": rnd, "staleness": 0}
+                        {
+                            **record,
+                            "round_wall_s": round_wall,
+                            "server_s": server_s,
+                            "update": rnd,
+                            "pulled_version": rnd,
+                            "staleness": 0,
+                        }
                     )
                 rnd += 1
                 first += period
