@@ -105,15 +105,12 @@ class ShardMissingError(StateMissingError):
 class _Shard:
     # The images stay uint8 (a quarter of float32: 154 MB, not 614 MB, for all
     # of CIFAR-10 on one device) and each batch is scaled as it is gathered, to
-    # the very floats ``edgelab.models.prepare_images`` gives. A round of one
-    # batch gathers in numpy (bit for bit TensorFlow's eager gather and scaling,
-    # tested on every uint8 value, at a twentieth of its cost); a round of many
-    # batches streams them through ``tf.data`` from tensors made once.
+    # the very floats ``edgelab.models.prepare_images`` gives, in numpy (bit for
+    # bit TensorFlow's eager gather and scaling, tested on every uint8 value, at
+    # a twentieth of its cost).
     x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8
     y: np.ndarray  # (n,) int64
     channel_axis: bool  # the model wants a trailing channel axis the images lack (LeNet-CNN)
-    _tensors: tuple[Any, Any] | None = None
-    _pipeline: tuple[tuple[int, int], Any, Any] | None = None  # (n_batches, batch_size), order variable, dataset
     _order: tuple[tuple[int, int, int], np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -131,42 +128,6 @@ class _Shard:
         idx = np.sort(idx)
         x = self.x[idx].astype(np.float32) / np.float32(255.0)
         return (x[..., None] if self.channel_axis else x), self.y[idx]
-
-    def _take_tensors(self, idx: Any) -> tuple[Any, Any]:
-        import tensorflow as tf
-
-        assert self._tensors is not None, "batches() makes the tensors"
-        x_all, y_all = self._tensors
-        idx = tf.sort(idx)
-        x = tf.cast(tf.gather(x_all, idx), tf.float32) / 255.0
-        return (x[..., None] if self.channel_axis else x), tf.gather(y_all, idx)
-
-    def batches(self, order: np.ndarray, batch_size: int) -> Any:
-        """An iterator over the shard's samples in ``order``, ``batch_size`` at a time, prepared in TensorFlow.
-
-        The ``tf.data`` pipeline is built (and its gather traced) once per
-        shape of round and reused: each round writes its order into the
-        pipeline's variable and starts a new iterator. Building it afresh cost
-        30 ms of a 170 ms LeNet-MLP round of 30 batches.
-        """
-        import tensorflow as tf
-
-        n_batches = math.ceil(len(order) / batch_size)
-        if self._pipeline is None or self._pipeline[0] != (n_batches, batch_size):
-            if self._tensors is None:  # made here, eagerly: map() traces _take_tensors into a graph
-                self._tensors = tf.convert_to_tensor(self.x), tf.convert_to_tensor(self.y)
-            indices = tf.Variable(np.zeros(0, np.int64), shape=tf.TensorShape([None]), trainable=False)
-
-            def take_batch(b: Any) -> tuple[Any, Any]:
-                # Batch b of the order, the last one short: what Dataset.batch() would give.
-                start = b * batch_size
-                return self._take_tensors(indices[start : tf.minimum(start + batch_size, tf.size(indices, tf.int64))])
-
-            pipeline = tf.data.Dataset.range(n_batches).map(take_batch).prefetch(1)
-            self._pipeline = (n_batches, batch_size), indices, pipeline
-        _, indices, pipeline = self._pipeline
-        indices.assign(np.asarray(order, dtype=np.int64))
-        return iter(pipeline)
 
 
 @dataclass
@@ -546,17 +507,47 @@ def _train_steps(
         out, loss = step(tuple(tf.constant(f) for f in flats), tf.constant(x), tf.constant(y))
         return Packed.of(layout, tuple(f.numpy() for f in out)), float(loss)
     set_weights(model, weights)
-    # Many batches per round: Keras' compiled step, fed from a tf.data pipeline, batch
-    # after batch, as its fit() runs one epoch (the same steps, bit for bit, tested)
-    # without fit's per-call set-up of an epoch iterator and callbacks.
-    model.make_train_function()  # built once, kept by the model
-    step = model.train_function
-    batches = shard.batches(order, batch_size)
+    # Many batches per round: Keras' own train step, batch after batch in one compiled loop, as
+    # fit() runs an epoch (the same steps, bit for bit, tested), the batches gathered in numpy.
     model.reset_metrics()
-    for _ in range(math.ceil(len(order) / batch_size)):
-        logs = step(batches)
-    loss = float(logs["loss"])  # the mean over the round's batches, as fit's history reports
+    loop = _loop_step(model)
+    starts = range(0, len(order), batch_size)
+    for first in range(0, len(starts), LOOP_BATCHES):
+        batches = [shard.take(order[b : b + batch_size]) for b in starts[first : first + LOOP_BATCHES]]
+        full = [batch for batch in batches if len(batch[1]) == batch_size]  # the epoch's last may be short
+        for group in (full, batches[len(full) :]):
+            if group:
+                loop(np.stack([x for x, _ in group]), np.stack([y for _, y in group]))
+    loss = float(model.get_metrics_result()["loss"])  # the mean over the round's batches, as fit's history reports
     return Packed([after - before for after, before in zip(get_weights(model), weights, strict=True)]), loss
+
+
+#: Batches a round of many gathers and trains per compiled call (a LeNet-MLP's 32 batches of 64: 6.4 MB).
+LOOP_BATCHES = 32
+_loops: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _loop_step(model: Any) -> Any:
+    """``model.train_step`` on each of a stack of batches ``(xs, ys)`` in turn, in one compiled while loop.
+
+    Keras' fit() runs its step in a while loop too (one per batch of its
+    iterator); a tf.data iterator cost 17 ms to make, every round, and each
+    call of fit's function another 2 ms in Python: a round of 4 LeNet-MLP
+    batches took 34 ms against 7 ms for 4 rounds of one batch.
+    """
+    if model not in _loops:
+        import tensorflow as tf
+
+        @tf.function(autograph=False, reduce_retracing=True)
+        def loop(xs: Any, ys: Any) -> None:
+            def body(i: Any) -> tuple[Any]:
+                model.train_step((xs[i], ys[i]))
+                return (i + 1,)
+
+            tf.while_loop(lambda i: i < tf.shape(xs)[0], body, (tf.constant(0),))
+
+        _loops[model] = loop
+    return _loops[model]
 
 
 def holds_shard(run_id: str, dask_worker: Any = None) -> bool:
