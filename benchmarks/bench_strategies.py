@@ -156,10 +156,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Sent bytes are what a device's update takes on the wire (Dask's serialization of the delta, or of the "
-        "compressor's payload), as the parameter server sees it; where devices exchange among themselves "
-        "(all-reduce, tree, gossip) `to peers` is what each device really sent its peers in a round (header and "
-        "frames, once per peer).",
+        "Sent bytes are what a device's update takes as serialized (the delta's arrays, or Dask's serialization "
+        "of the compressor's payload: its round channel's pickle of it differs by a few header bytes), as the "
+        "parameter server sees it; where devices exchange among themselves "
+        "(all-reduce, tree, gossip) `to peers` is what each device really sent its peers in a round (each piece's "
+        "pickle and buffers, once per peer, on its round channel).",
         "",
     ]
     return "\n".join(lines)

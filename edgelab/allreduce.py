@@ -41,8 +41,8 @@ leaf sends one delta and receives one step a round, a parent receives one
 delta and sends one step per child. Compressed updates are refused there (an
 encoding is not summed). Under gossip (``mode="gossip"``, ``edgelab.gossip``)
 there is no step: each device mixes its own weights with its neighbours'.
-Records add what went to peers: ``peer_bytes_sent`` (the serialized frames,
-once per peer), ``peer_bytes_received``, ``peer_messages_sent``, ``exchange``.
+Records add what went to peers: ``peer_bytes_sent`` (each piece's pickle and
+buffers, once per peer), ``peer_bytes_received``, ``peer_messages_sent``, ``exchange``.
 The messages themselves travel by ``edgelab.peer_messages``.
 """
 
