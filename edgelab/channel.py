@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import select
 import selectors
 import socket
 import struct
@@ -294,6 +295,24 @@ class Channels:
         except BaseException:
             self._drop_all(calls)
             raise
+
+    def closed_by_peer(self) -> list[str]:
+        """The addresses whose channel the other end closed (its process died): read without waiting.
+
+        A hint for whoever looks for the devices lost with one that failed; a
+        TLS channel, which cannot be peeked at, never shows here.
+        """
+        closed = []
+        for address, sock in self._socks.items():
+            if _is_tls(sock):
+                continue
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if readable and not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    closed.append(address)
+            except (OSError, ValueError):  # reset by the peer, or closed here
+                closed.append(address)
+        return closed
 
     def _drop_all(self, calls: Mapping[str, tuple[str, str, tuple[Any, ...]]]) -> None:
         for address, _, _ in calls.values():

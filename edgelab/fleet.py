@@ -498,11 +498,24 @@ class Fleet:
                 time.sleep(0.05)
         detected = time.perf_counter()
         if lost:
-            settle = time.monotonic() + SETTLE_S
-            while len(lost) < len(self.devices) and time.monotonic() < settle:
+            # A device whose round channel its end closed is dead too, whenever the scheduler says so:
+            # wait for that (up to CONFIRM_S), so that devices lost together recover together.
+            now = time.monotonic()
+            settle, confirm = now + SETTLE_S, now + CONFIRM_S
+            while len(lost) < len(self.devices):
+                dying = set(self._closed_channels()) - set(lost)
+                if time.monotonic() >= (confirm if dying else settle):
+                    break
                 time.sleep(0.05)
                 lost = sorted({*lost, *self.lost()})
         return lost, detected
+
+    def _closed_channels(self) -> list[str]:
+        """Devices whose round channel was closed from their end (their process died), by their current address."""
+        if self.channels is None:
+            return []
+        closed = set(self.channels.closed_by_peer())
+        return [d for d in self.devices if self.addresses[d] in closed]
 
     def _await_return(self, lost: list[str], pending: _Pending) -> None:
         """Wait until every lost device runs again (at a new address); cancel what the failed attempt left."""

@@ -209,6 +209,20 @@ def test_a_device_gone_mid_call_is_a_closed_channel(servers: dict[str, ChannelSe
         channels.call_all({"slow": (address, "sleep", (0.5,))}, check=lambda: None, poll_s=0.05)
 
 
+def test_a_channel_its_device_closed_shows_without_a_wait(servers: dict[str, ChannelServer]) -> None:
+    # A device that died closes its end: the fleet looks for the others lost with a first one this way
+    channels = _channels(servers)
+    first, second, third = servers
+    assert channels.reachable([first, second, third])
+    time.sleep(0.1)  # each server took its connection
+
+    servers[second].close()
+    time.sleep(0.1)
+
+    assert channels.closed_by_peer() == [second]
+    channels.close()
+
+
 def test_a_channel_that_cannot_be_reached_leaves_the_device_on_dasks_comms() -> None:
     # The worker says where it listens, but nothing is there (a firewall in front of a real board)
     with socket.create_server(("127.0.0.1", 0)) as probe:
