@@ -54,13 +54,16 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "allreduce": ({}, "allreduce"),
     "sign_ef": ({"compressor": "sign_ef"}, "direct"),
     "qsgd:4": ({"compressor": "qsgd:4"}, "direct"),
+    "terngrad": ({"compressor": "terngrad"}, "direct"),
     "topk:0.01": ({"compressor": "topk:0.01"}, "direct"),
     "dgc:0.01:0.9": ({"compressor": "dgc:0.01:0.9"}, "direct"),
     "esgd:0.01": ({"compressor": "esgd:0.01"}, "direct"),
     "allreduce_sign_ef": ({"compressor": "sign_ef"}, "allreduce"),
     "tree": ({}, "tree"),
     "gossip_ring": ({"strategy": "gossip"}, "allreduce"),
+    "gossip_random2": ({"strategy": "gossip", "gossip_topology": "random:2"}, "allreduce"),
     "local_sgd_h4": ({"sync_period": 4}, "direct"),
+    "local_sgd_adaptive_h4": ({"sync_period": 4, "sync_period_rule": "adaptive"}, "direct"),
     "fedavg_c0.5": ({"client_fraction": 0.5}, "direct"),
 }
 
