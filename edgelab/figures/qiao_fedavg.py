@@ -37,35 +37,56 @@ SIGMAS = 2.0
 
 
 def draw(table: pd.DataFrame, plan: exp.Plan) -> Any:
-    """The three panels: accuracy against rounds, against bytes uploaded, and local SGD's periods."""
+    """The three panels: accuracy against rounds, against bytes uploaded, and local SGD's periods.
+
+    A full grid has some forty runs: each setting (C, E, B, shared or sketched)
+    keeps one colour in both federated panels and the partition its line
+    style, so one legend of settings, beside the panels, names them all.
+    """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
 
     p = plan.params
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(18, 5.2), layout="constrained")
     styles = {"iid": "-", "label": "--"}
+    federated = table[table["kind"] != "local_sgd"]
+    pairs = zip(federated["run"], federated["partition"], strict=True)
+    settings = list(dict.fromkeys(_setting(name, partition) for name, partition in pairs))
+    palette = plt.get_cmap("tab20" if len(settings) > 10 else "tab10")
+    colours = {s: palette(i % palette.N) for i, s in enumerate(settings)}
     for name, run in table.groupby("run", sort=False):
         kind = run["kind"].iloc[0]
         mb = run["bytes_up"] / 1e6
         if kind == "local_sgd":
             right.plot(mb, run["accuracy"], "-o", markersize=3, label=f"{name} ({len(run)} rounds)")
             continue
-        line = styles.get(run["partition"].iloc[0], "-")
+        partition = run["partition"].iloc[0]
+        look = {"linestyle": styles.get(partition, "-"), "marker": "o", "markersize": 3}
+        look["color"] = colours[_setting(name, partition)]
         if kind != "sketched":
-            left.plot(run["round"], run["accuracy"], line, marker="o", markersize=3, label=name)
-        middle.plot(mb, run["accuracy"], line, marker="o", markersize=3, label=name)
+            left.plot(run["round"], run["accuracy"], **look)
+        middle.plot(mb, run["accuracy"], **look)
     left.set(xlabel="round", ylabel="test accuracy", title="FedAvg: accuracy against rounds")
     middle.set(xlabel="MB uploaded by the devices (cumulative)", ylabel="test accuracy", xscale="log",
                title="against bytes uploaded")  # fmt: skip
+    middle.xaxis.set_minor_formatter(NullFormatter())  # within a decade, labelled minor ticks overlap
     right.set(xlabel="MB uploaded by the devices (cumulative)", ylabel="test accuracy",
               title=f"local SGD, H={p.local_sgd_period} batches: fixed vs adaptive")  # fmt: skip
-    for ax in (left, middle, right):
-        ax.legend(fontsize=7)
+    right.legend(fontsize=7)
+    handles = [Line2D([], [], color="black", linestyle=styles[k], label=f"{k} shards") for k in styles]
+    handles += [Line2D([], [], color=colours[s], marker="o", markersize=3, label=s) for s in settings]
+    fig.legend(handles=handles, loc="outside right center", fontsize=7, title="FedAvg runs", title_fontsize=8)
     fig.suptitle(
         f"qiao/method-fedavg: LeNet-MLP on {plan.dataset.n_train} MNIST digits over {p.devices} emulated "
         f"{plan.profile.name} devices ({plan.dataset.source}), test {plan.dataset.n_test}"
     )
-    fig.tight_layout()
     return fig
+
+
+def _setting(name: str, partition: str) -> str:
+    """A run's name without its partition: ``"label C=1 E=1 B=10"`` -> ``"C=1 E=1 B=10"``."""
+    return name.removeprefix(f"{partition} ")
 
 
 def _gain_check(name: str, base: pd.Series, other: pd.Series, n_test: int, judged: bool, rule: str) -> verdict.Check:
