@@ -446,6 +446,12 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
         try:
             with Client(hosts.scheduler_address, timeout=5, security=hosts.security()) as client:
                 client.wait_for_workers(hosts.spec.devices, timeout=max(1.0, deadline - time.monotonic()))
+                # A worker registers before its nanny has finished starting; killed in that gap, the
+                # nanny takes it for a failed start and exits instead of restarting it.
+                while not all(status == "running" for status in client.run(_nanny_status, nanny=True).values()):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the workers' nannies did not finish starting")
+                    time.sleep(0.05)
                 return
         except (OSError, TimeoutError) as exc:
             if time.monotonic() > deadline:
@@ -453,6 +459,11 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
                     f"the shaped cluster did not come up within {timeout_s:.0f} s ({exc}); logs in {hosts.logs}"
                 ) from exc
             time.sleep(0.5)
+
+
+def _nanny_status(dask_worker: Any) -> str:
+    # Run on a nanny (client.run(..., nanny=True)), where ``dask_worker`` is the Nanny itself.
+    return str(dask_worker.status.name)
 
 
 def _alive(pid: int) -> bool:

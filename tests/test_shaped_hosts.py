@@ -242,6 +242,8 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
     from edgelab.faults import kill_worker
 
     with Client(hosts.scheduler_address) as client:
+        # `up` returns with every nanny started: one killed before that gives up instead of restarting.
+        assert set(client.run(sh._nanny_status, nanny=True).values()) == {"running"}
         address = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "pi3b-1")
         pid = kill_worker(client, address, local=False)  # the worker kills itself: the only way into a board
         deadline = time.monotonic() + 60
