@@ -266,11 +266,14 @@ class Channels:
         check: Callable[[], None],
         poll_s: float,
         failed: Callable[[Any], bool] = lambda reply: False,
+        on_reply: Callable[[str, Any], None] | None = None,
     ) -> dict[str, Any]:
         """Send every call, then read every reply: ``{key: (address, fn, args)}`` -> ``{key: reply}``.
 
         ``check()`` runs whenever a socket waits ``poll_s`` and may raise to
-        give the calls up. A reply that is ``failed`` ends the wait at once:
+        give the calls up. ``on_reply(key, reply)`` runs on each reply that is
+        not ``failed`` as soon as it is read, while the others are still on
+        their way. A reply that is ``failed`` ends the wait at once:
         only it is returned (its peers may be waiting for the failed device).
         Any error leaves the channels of these calls closed (a reply still on
         its way would otherwise be read as the next one's), and so does a
@@ -287,7 +290,7 @@ class Channels:
                 sock = socks[key]
                 sock.settimeout(poll_s)
                 send_message(sock, encode((fn, args)), check)
-            replies = _receive_all(socks, check, poll_s, failed)
+            replies = _receive_all(socks, check, poll_s, failed, on_reply)
             if len(replies) < len(calls):  # one failed: the others' replies are left unread
                 self._drop_all(calls)
                 return replies
@@ -330,7 +333,11 @@ class Channels:
 
 
 def _receive_all(
-    socks: dict[str, socket.socket], check: Callable[[], None], poll_s: float, failed: Callable[[Any], bool]
+    socks: dict[str, socket.socket],
+    check: Callable[[], None],
+    poll_s: float,
+    failed: Callable[[Any], bool],
+    on_reply: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
     """A reply from every socket, read as they come: a device that died is seen at once, not in its turn.
 
@@ -349,4 +356,6 @@ def _receive_all(
                 if failed(reply):
                     return {selected.data: reply}
                 selector.unregister(selected.fileobj)
+                if on_reply is not None:
+                    on_reply(selected.data, reply)
     return replies

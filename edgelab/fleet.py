@@ -289,7 +289,9 @@ class Fleet:
         self._calls.extend(futures.values())
         return futures
 
-    def call_all(self, calls: Mapping[str, tuple[Any, ...]]) -> dict[str, Any]:
+    def call_all(
+        self, calls: Mapping[str, tuple[Any, ...]], on_result: Callable[[str, Any], None] | None = None
+    ) -> dict[str, Any]:
         """``direct(device, *call)`` for every device of ``calls`` at once, waited for: the results, by device.
 
         On the devices' round channels when every one of them can be opened,
@@ -297,13 +299,18 @@ class Fleet:
         lost meanwhile ends the wait (``wait``), and an error a device returns
         is raised: on channels the first to come back, at once (its peers in
         an all-reduce may be waiting for it); on Dask's comms the first in the
-        order of ``calls``, once all came back.
+        order of ``calls``, once all came back. ``on_result(device, result)``
+        runs on each result: on channels as it arrives, while the others are
+        still on their way; on Dask's comms once all came back.
         """
         channels = self.channels
         if channels is None or not channels.reachable([self.addresses[d] for d in calls]):
             futures = self.direct_all(calls)
             self.wait(futures)
-            return {d: f.result() for d, f in futures.items()}
+            results = {d: f.result() for d, f in futures.items()}
+            for device, result in results.items() if on_result is not None else ():
+                on_result(device, result)
+            return results
         deadline = time.monotonic() + STEP_TIMEOUT_S
 
         def check() -> None:
@@ -320,6 +327,7 @@ class Fleet:
             check=check,
             poll_s=POLL_S,
             failed=lambda reply: reply["status"] != "OK",
+            on_reply=None if on_result is None else lambda device, reply: on_result(device, reply["result"]),
         )
         for reply in replies.values():
             if reply["status"] != "OK":

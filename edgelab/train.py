@@ -47,6 +47,7 @@ from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.gossip import GossipRing, build_topology
 from edgelab.models import ModelSpec
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
+from edgelab.sync.aggregate import RunningMean
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
 from edgelab.sync.local_sgd import SyncPeriod
 from edgelab.timeline import Topology
@@ -337,18 +338,25 @@ def train(
                     fleet.point("aggregate", rnd)
                     weights = None
                 else:
-                    results = fleet.attempt("broadcast", rnd, partial(_round, fleet, tasks, weights, transport))
+                    # Plain averaging: the server sums each update in as it arrives, while later ones train.
+                    mean_of = strategy.running_mean if compressor is None and stragglers is None else None
+                    round_ = partial(_round, fleet, tasks, weights, transport, mean_of)
+                    results, running = fleet.attempt("broadcast", rnd, round_)
                     attempt_s = fleet.last_attempt_s
                     # The gathered updates are in this process now: a device lost from here on is
                     # found (and prepared again) by the next step; the aggregation needs nothing from it.
                     fleet.point("aggregate", rnd)
                     t_agg = time.perf_counter()
-                    updates = [
-                        DeviceUpdate(r["device"], _decoded(delta, compressor), r["samples"]) for delta, r in results
-                    ]
-                    if stragglers is not None:
-                        updates = stragglers.on_time(updates, [r for _, r in results], rnd)
-                    weights = strategy.aggregate(weights, updates) or weights
+                    if running is not None:
+                        mean = running.result() if running.folded else None
+                        weights = strategy.aggregate_mean(weights, mean) or weights
+                    else:
+                        updates = [
+                            DeviceUpdate(r["device"], _decoded(delta, compressor), r["samples"]) for delta, r in results
+                        ]
+                        if stragglers is not None:
+                            updates = stragglers.on_time(updates, [r for _, r in results], rnd)
+                        weights = strategy.aggregate(weights, updates) or weights
                     server_s = time.perf_counter() - t_agg
                     round_wall = attempt_s + server_s
                 for _, record in results:
@@ -421,28 +429,51 @@ RECOVERY_COLUMNS = ["device", "phase", "at", "error", "t", "detect_s", "back_s",
 KILL_COLUMNS = ["device", "phase", "at", "t", "action"]
 
 
-def _round(fleet: Fleet, tasks: dict[str, runtime.RoundTask], weights: list[np.ndarray], transport: str) -> list[Any]:
-    """One synchronous round: weights to every device, its batches trained, the updates gathered."""
+def _round(
+    fleet: Fleet,
+    tasks: dict[str, runtime.RoundTask],
+    weights: list[np.ndarray],
+    transport: str,
+    mean_of: Callable[[int], RunningMean | None] | None = None,
+) -> tuple[list[Any], RunningMean | None]:
+    """One synchronous round: weights to every device, its batches trained, the updates gathered.
+
+    With ``mean_of`` (a strategy's ``running_mean``) the deltas are also
+    summed into a fresh ``RunningMean`` as they arrive, weighted by samples,
+    in the order of ``tasks``; it is returned beside the results.
+    """
     rnd = next(iter(tasks.values())).round
+    running = mean_of(len(tasks)) if mean_of is not None else None
+    position = {device: i for i, device in enumerate(tasks)}
+
+    def take(device: str, result: tuple[Any, dict[str, Any]]) -> None:
+        delta, record = result
+        if running is not None and record["samples"] > 0:
+            running.add(position[device], delta, record["samples"])
+        elif running is not None:
+            running.skip(position[device])
+
     payload = Packed(weights)  # packed once for every device
     if transport == "direct":
         # The weights and the training are one call: a device killed at either point dies as the call goes out.
         fleet.point("broadcast", rnd)
         fleet.point("train", rnd)
         # A device lost in this round fails it here.
-        results = list(
-            fleet.call_all({device: ("train_round", task, payload) for device, task in tasks.items()}).values()
-        )
+        calls = {device: ("train_round", task, payload) for device, task in tasks.items()}
+        results = list(fleet.call_all(calls, on_result=take).values())
         # The updates are here already: a device lost now is found by the next step.
         fleet.point("gather", rnd)
-        return results
+        return results, running
     sent = {device: fleet.send(device, payload) for device in tasks}
     fleet.point("broadcast", rnd)
     futures = {device: fleet.submit(device, runtime.train_round, task, sent[device]) for device, task in tasks.items()}
     fleet.point("train", rnd)
     fleet.wait(futures)
     fleet.point("gather", rnd)
-    return list(fleet.gather(futures).values())
+    gathered = fleet.gather(futures)
+    for device, result in gathered.items():
+        take(device, result)
+    return list(gathered.values()), running
 
 
 @dataclass

@@ -153,6 +153,39 @@ def test_calls_on_several_channels_come_back_in_order_each_with_its_own_reply(
     channels.close()
 
 
+def test_each_reply_is_handed_over_as_it_arrives_while_slower_ones_are_still_on_their_way(
+    servers: dict[str, ChannelServer],
+) -> None:
+    # Prepare: one device answers at once, one after 0.5 s, one with an error after 0.8 s
+    channels = _channels(servers)
+    fast, slow, failing = list(servers)
+    assert channels.reachable([fast, slow, failing])
+    handed: list[tuple[str, float]] = []
+    start = time.monotonic()
+
+    # Execute
+    replies = channels.call_all(
+        {"fast": (fast, "sleep", (0.0,)), "slow": (slow, "sleep", (0.5,))},
+        check=lambda: None,
+        poll_s=0.05,
+        on_reply=lambda key, reply: handed.append((key, time.monotonic() - start)),
+    )
+    failed = channels.call_all(
+        {"ok": (fast, "sleep", (0.0,)), "bad": (failing, "no_such", ())},
+        check=lambda: None,
+        poll_s=0.05,
+        failed=lambda reply: reply["status"] != "OK",
+        on_reply=lambda key, reply: handed.append((key, -1.0)),
+    )
+
+    # Assert: the fast reply was handed over long before the slow one came; a failed reply never is
+    assert [key for key, _ in handed[:2]] == ["fast", "slow"]
+    assert handed[0][1] < 0.25 <= 0.5 <= handed[1][1]
+    assert list(replies) == ["fast", "slow"]
+    assert "bad" in failed and all(key != "bad" for key, _ in handed)
+    channels.close()
+
+
 def test_an_error_and_an_unpicklable_reply_come_back_as_values_and_the_channel_stays_open(
     servers: dict[str, ChannelServer],
 ) -> None:

@@ -290,3 +290,102 @@ def test_flat_lists_aggregate_bit_for_bit_as_the_layers_do(scale: float) -> None
     for got, want in zip(by_buffer, by_layer, strict=True):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+# ---------------------------------------------------------------- RunningMean
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_running_mean_in_any_order_is_the_weighted_mean_bit_for_bit(seed: int) -> None:
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    # Prepare: five deltas, some flat and some plain (negative zeros and subnormals in), one with nothing to count
+    rng = np.random.default_rng(seed)
+    deltas = [[rng.standard_normal(s).astype(np.float32) * 1e-3 for s in SHAPES] for _ in range(5)]
+    for d in deltas:
+        d[1][0], d[0][0, 0] = np.float32(-0.0), np.float32(-1e-45)
+    handed = [Flat(*pack(d)) if i % 2 == 0 else d for i, d in enumerate(deltas)]
+    samples = [int(s) for s in rng.integers(1, 100, 5)]
+    samples[3] = 0
+
+    # Execute: handed over in a random order, the empty one skipped
+    running = RunningMean(5)
+    for i in rng.permutation(5):
+        if samples[i]:
+            running.add(int(i), handed[i], samples[i])
+        else:
+            running.skip(int(i))
+
+    # Assert: the mean of the others, in index order, to the bit
+    kept = [i for i in range(5) if samples[i]]
+    want = weighted_mean([deltas[i] for i in kept], [samples[i] for i in kept])
+    assert running.folded == 4
+    for got, ref in zip(running.result(), want, strict=True):
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
+
+
+def test_a_running_mean_of_flat_lists_stays_flat() -> None:
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    rng = np.random.default_rng(3)
+    running = RunningMean(2)
+    running.add(1, Flat(*pack(_client(rng))), 3)
+    running.add(0, Flat(*pack(_client(rng))), 1)
+    assert isinstance(running.result(), Flat)
+
+
+def test_a_running_mean_names_what_it_was_not_given() -> None:
+    from edgelab.sync.aggregate import RunningMean
+
+    rng = np.random.default_rng(4)
+    running = RunningMean(3)
+    running.add(2, _client(rng), 1)
+    with pytest.raises(ValueError, match=r"index=2 is not one still expected of 0..2"):
+        running.add(2, _client(rng), 1)
+    with pytest.raises(ValueError, match=r"index=3"):
+        running.add(3, _client(rng), 1)
+    with pytest.raises(ValueError, match=r"lists \[0, 1\] never came"):
+        running.result()
+    running.skip(0)
+    running.skip(1)
+    with pytest.raises(ValueError, match="the lists of arrays do not have the same layers"):
+        other = RunningMean(2)
+        other.add(0, _client(rng), 1)
+        other.add(1, _client(rng)[:2], 1)
+
+
+def test_the_server_gives_the_same_weights_from_a_running_mean_as_from_the_updates() -> None:
+    # Prepare: two servers with momentum, three rounds of three devices (one round with an empty update)
+    rng = np.random.default_rng(6)
+    whole, streamed = ParameterServerSync(momentum=0.9), ParameterServerSync(momentum=0.9)
+    w_whole = w_streamed = _client(rng)
+    for rnd in range(3):
+        updates = [DeviceUpdate(f"d{i}", _client(rng), 0 if (rnd, i) == (1, 2) else 64 - i) for i in range(3)]
+
+        # Execute: whole rounds, and the same deltas summed in as they "arrive" (last first)
+        w_whole = whole.aggregate(w_whole, updates)
+        running = streamed.running_mean(3)
+        assert running is not None
+        for i in (2, 0, 1):
+            if updates[i].samples:
+                running.add(i, updates[i].delta, updates[i].samples)
+            else:
+                running.skip(i)
+        w_streamed = streamed.aggregate_mean(w_streamed, running.result())
+
+        # Assert: the same weights, to the bit, every round
+        for got, ref in zip(w_streamed, w_whole, strict=True):
+            np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
+
+
+def test_a_strategy_that_changes_the_maths_takes_whole_rounds() -> None:
+    class Clipped(ParameterServerSync):
+        def server_step(self, updates: list[DeviceUpdate]) -> list[np.ndarray] | None:
+            step = super().server_step(updates)
+            return None if step is None else [np.clip(s, -1, 1) for s in step]
+
+    assert ParameterServerSync().running_mean(2) is not None
+    assert Clipped().running_mean(2) is None

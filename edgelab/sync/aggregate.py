@@ -7,6 +7,8 @@ element-wise arithmetic, so the same bits, with one numpy call per buffer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from edgelab.wire import Flat, flat_form
@@ -26,34 +28,109 @@ def weighted_mean(arrays: list[NDArrays], weights: list[float]) -> NDArrays:
         raise ValueError("arrays must not be empty")
     if len(arrays) != len(weights):
         raise ValueError(f"got {len(arrays)} arrays but {len(weights)} weights")
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError(f"weights must sum to > 0, got {weights!r}")
-    flat = flat_form(arrays)
-    if flat is not None:  # the same element-wise maths, once per buffer instead of once per layer
-        layout, buffers = flat
-        return Flat(layout, tuple(_mean(list(parts), weights, total) for parts in zip(*buffers, strict=True)))
-    return [_mean(list(layers), weights, total) for layers in zip(*arrays, strict=True)]
+    running = RunningMean(len(arrays))
+    for i, (layers, weight) in enumerate(zip(arrays, weights, strict=True)):
+        running.add(i, layers, weight)
+    return running.result()
 
 
-def _mean(layers: NDArrays, weights: list[float], total: float) -> np.ndarray:
-    """``(0 + w0 * l0 + w1 * l1 + ...) / total`` in float64, in this order, cast back to the layers' dtype.
+class RunningMean:
+    """``weighted_mean`` of ``n`` lists of arrays handed over one by one, in any order, folded in as they come.
 
-    The float64 accumulation in a fixed order keeps the result reproducible.
-    Computed in two buffers, in place: a temporary array per operation (the
-    plain expression) cost three times as long for two LeNet-MLP deltas.
+    Each list is folded in as soon as every list before it has been: the
+    same float64 sum in the same order as ``weighted_mean``, so the same bits,
+    but most of the work is done while later lists are still on their way (a
+    parameter server's mean of the updates that have arrived, while the last
+    device still trains). A list with nothing to count (``skip``) leaves the mean.
+
+    Examples
+    --------
+    >>> running = RunningMean(3)
+    >>> running.add(2, [np.array([6.0])], 1)  # kept until 0 and 1 are in
+    >>> running.skip(1)
+    >>> running.add(0, [np.array([0.0])], 2)
+    >>> [a.tolist() for a in running.result()]
+    [[2.0]]
     """
-    acc = np.empty(layers[0].shape, np.float64)
-    term = np.empty_like(acc)
-    for i, (w, layer) in enumerate(zip(weights, layers, strict=True)):
-        out = acc if i == 0 else term
-        out[...] = layer
-        out *= w
-        if i == 0:
-            acc += 0.0  # as sum() starts from 0: -0.0 becomes 0.0
-        else:
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._waiting: dict[int, tuple[NDArrays, float] | None] = {}
+        self._next = 0  # the index folded in next
+        #: how many lists were summed in so far (skipped ones not counted)
+        self.folded = 0
+        self._total: float = 0  # summed in index order from 0, as sum() does
+        self._acc: list[np.ndarray] | None = None
+        self._term: list[np.ndarray] = []
+        self._dtypes: list[np.dtype] = []
+        self._layout: Any = None  # a Flat's layout, worked on buffer by buffer; None: layer by layer
+
+    def add(self, index: int, arrays: NDArrays, weight: float) -> None:
+        """Hand over list ``index`` (0 <= index < n) and its weight."""
+        self._hand_over(index, (arrays, weight))
+
+    def skip(self, index: int) -> None:
+        """List ``index`` has nothing to count."""
+        self._hand_over(index, None)
+
+    def _hand_over(self, index: int, item: tuple[NDArrays, float] | None) -> None:
+        if not 0 <= index < self.n or index < self._next or index in self._waiting:
+            raise ValueError(f"index={index} is not one still expected of 0..{self.n - 1}")
+        self._waiting[index] = item
+        while self._next in self._waiting:
+            ready = self._waiting.pop(self._next)
+            self._next += 1
+            if ready is not None:
+                self._fold(*ready)
+
+    def _fold(self, arrays: NDArrays, weight: float) -> None:
+        self._total += weight
+        self.folded += 1
+        if self._acc is None:  # the first: ``(0 + w0 * l0)``, as sum() starts from 0 (-0.0 becomes 0.0)
+            self._layout = arrays.layout if isinstance(arrays, Flat) else None
+            parts = arrays.flats if isinstance(arrays, Flat) else list(arrays)
+            self._dtypes = [part.dtype for part in parts]
+            self._acc = [np.empty(part.shape, np.float64) for part in parts]
+            self._term = [np.empty_like(acc) for acc in self._acc]
+            for acc, part in zip(self._acc, parts, strict=True):
+                acc[...] = part
+                acc *= weight
+                acc += 0.0
+            return
+        parts = self._parts(arrays)
+        if len(parts) != len(self._acc) or any(p.shape != a.shape for p, a in zip(parts, self._acc, strict=True)):
+            raise ValueError("the lists of arrays do not have the same layers")
+        # In two buffers, in place: a temporary array per operation (the plain expression) cost
+        # three times as long for two LeNet-MLP deltas.
+        for acc, term, part in zip(self._acc, self._term, parts, strict=True):
+            term[...] = part
+            term *= weight
             acc += term
-    return np.divide(acc, total, out=np.empty(acc.shape, layers[0].dtype), casting="unsafe")  # as astype()
+
+    def _parts(self, arrays: NDArrays) -> NDArrays:
+        """``arrays`` as the sums are kept: flat buffers while every list is a ``Flat`` alike, else layer by layer."""
+        if self._layout is not None:
+            if isinstance(arrays, Flat) and arrays.layout == self._layout:
+                return list(arrays.flats)
+            # A list of another form: the sums so far, seen layer by layer (the same elements, the same bits).
+            self._acc = list(Flat(self._layout, tuple(self._acc)))
+            self._term = list(Flat(self._layout, tuple(self._term)))
+            self._dtypes = [np.dtype(dtype) for dtype, _, _ in self._layout]
+            self._layout = None
+        return list(arrays)
+
+    def result(self) -> NDArrays:
+        """The weighted mean, cast back to the first list's dtypes (a ``Flat`` if the lists were)."""
+        if self._next < self.n:
+            raise ValueError(f"lists {sorted(set(range(self._next, self.n)) - set(self._waiting))} never came")
+        total = float(self._total)
+        if self._acc is None or total <= 0:
+            raise ValueError(f"weights must sum to > 0, got {self._total!r}")
+        means = tuple(
+            np.divide(acc, total, out=np.empty(acc.shape, dtype), casting="unsafe")  # as astype()
+            for acc, dtype in zip(self._acc, self._dtypes, strict=True)
+        )
+        return Flat(self._layout, means) if self._layout is not None else list(means)
 
 
 def apply_delta(weights: NDArrays, delta: NDArrays, *, scale: float = 1.0) -> NDArrays:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgelab.sync.aggregate import RunningMean
+
 NDArrays = list[np.ndarray]
 
 
@@ -33,6 +35,18 @@ class Strategy(ABC):
     @abstractmethod
     def aggregate(self, weights: NDArrays, updates: list[DeviceUpdate]) -> NDArrays | None:
         """Return the next global weights, or ``None`` if no update is usable."""
+
+    def running_mean(self, n: int) -> RunningMean | None:
+        """A ``RunningMean`` to sum a round's ``n`` deltas into as they arrive, for ``aggregate_mean``; None: no such.
+
+        Only a strategy whose ``aggregate`` is the deltas' mean weighted by
+        samples (updates with none left out) gives one.
+        """
+        return None
+
+    def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
+        """``aggregate`` from the mean of the deltas a ``running_mean`` summed (None: no update was usable)."""
+        raise NotImplementedError(f"{type(self).__name__} takes whole rounds: its running_mean is None")
 
     @abstractmethod
     def bytes_per_round(self, n_params: int, *, dtype_bytes: int = 4) -> tuple[int, int]:

@@ -14,7 +14,7 @@ Paper: Park et al. 2020, section 3 (weights sent to the master after each batch)
 from __future__ import annotations
 
 from edgelab.errors import ConfigError
-from edgelab.sync.aggregate import apply_delta, weighted_mean
+from edgelab.sync.aggregate import RunningMean, apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate, NDArrays, Strategy
 
 SYNC_EVERY = ("batch", "epoch")
@@ -64,6 +64,23 @@ class ParameterServerSync(Strategy):
             return None
         return apply_delta(weights, step, scale=self.server_learning_rate)
 
+    def running_mean(self, n: int) -> RunningMean | None:
+        """A ``RunningMean`` for a round's ``n`` deltas, taken as they arrive; None where this class changed the maths.
+
+        Hand each device's delta over with its samples (``skip`` one with
+        none), then ``aggregate_mean`` with the result: the same weights as
+        ``aggregate``, bit for bit.
+        """
+        own = type(self).aggregate is ParameterServerSync.aggregate
+        return RunningMean(n) if own and type(self).server_step is ParameterServerSync.server_step else None
+
+    def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
+        """``aggregate`` from the deltas' weighted mean (None: no device trained on anything)."""
+        step = None if mean is None else self._through_momentum(mean)
+        if step is None:
+            return None
+        return apply_delta(weights, step, scale=self.server_learning_rate)
+
     def server_step(self, updates: list[DeviceUpdate]) -> NDArrays | None:
         """What the server adds to the weights (times ``server_learning_rate``): the mean delta, through momentum.
 
@@ -74,7 +91,9 @@ class ParameterServerSync(Strategy):
         usable = [u for u in updates if u.samples > 0]
         if not usable:
             return None
-        mean = weighted_mean([u.delta for u in usable], [u.samples for u in usable])
+        return self._through_momentum(weighted_mean([u.delta for u in usable], [u.samples for u in usable]))
+
+    def _through_momentum(self, mean: NDArrays) -> NDArrays:
         if self.momentum:
             self.velocity = momentum_step(mean, self.velocity, self.momentum)
             return self.velocity
