@@ -125,8 +125,18 @@ class _Shard:
 
     def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The samples ``idx`` (sorted first), prepared for the model."""
-        idx = np.sort(idx)
-        x = self.x[idx].astype(np.float32) / np.float32(255.0)
+        x, y = self.take_batches(np.asarray(idx)[None])
+        return x[0], y[0]
+
+    def take_batches(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Batches ``idx`` (one row each, sorted within it), prepared and stacked: ``(rows, batch, ...)``.
+
+        One gather into the stacked array: gathering each batch and stacking
+        them copied every image once more.
+        """
+        idx = np.sort(idx, axis=1)
+        x = self.x[idx].astype(np.float32)
+        x /= np.float32(255.0)
         return (x[..., None] if self.channel_axis else x), self.y[idx]
 
 
@@ -511,13 +521,13 @@ def _train_steps(
     # fit() runs an epoch (the same steps, bit for bit, tested), the batches gathered in numpy.
     model.reset_metrics()
     loop = _loop_step(model)
-    starts = range(0, len(order), batch_size)
-    for first in range(0, len(starts), LOOP_BATCHES):
-        batches = [shard.take(order[b : b + batch_size]) for b in starts[first : first + LOOP_BATCHES]]
-        full = [batch for batch in batches if len(batch[1]) == batch_size]  # the epoch's last may be short
-        for group in (full, batches[len(full) :]):
-            if group:
-                loop(np.stack([x for x, _ in group]), np.stack([y for _, y in group]))
+    for start in range(0, len(order), LOOP_BATCHES * batch_size):
+        chunk = order[start : start + LOOP_BATCHES * batch_size]
+        full = len(chunk) // batch_size * batch_size
+        if full:
+            loop(*shard.take_batches(chunk[:full].reshape(-1, batch_size)))
+        if full < len(chunk):  # the epoch's last batch may be short: a call of its own
+            loop(*shard.take_batches(chunk[full:][None]))
     loss = float(model.get_metrics_result()["loss"])  # the mean over the round's batches, as fit's history reports
     return Packed([after - before for after, before in zip(get_weights(model), weights, strict=True)]), loss
 

@@ -26,6 +26,21 @@ def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[i
     np.testing.assert_array_equal(labels, y[np.sort(order)])
 
 
+@pytest.mark.parametrize("channel_axis", [False, True])
+def test_stacked_batches_equal_each_batch_taken_alone(channel_axis: bool) -> None:
+    rng = np.random.default_rng(1)
+    shard = _Shard(x=rng.integers(0, 256, (40, 5, 5), np.uint8), y=rng.integers(0, 10, 40), channel_axis=channel_axis)
+    rows = rng.permutation(40)[:36].reshape(3, 12)
+
+    images, labels = shard.take_batches(rows)
+
+    assert images.shape == ((3, 12, 5, 5, 1) if channel_axis else (3, 12, 5, 5))
+    for i, row in enumerate(rows):
+        alone_images, alone_labels = shard.take(row)
+        np.testing.assert_array_equal(images[i].view(np.int32), alone_images.view(np.int32))
+        np.testing.assert_array_equal(labels[i], alone_labels)
+
+
 def test_a_batch_gathered_in_numpy_equals_tensorflows_eager_gather_on_every_uint8_value() -> None:
     import tensorflow as tf
 
