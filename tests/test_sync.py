@@ -387,5 +387,9 @@ def test_a_strategy_that_changes_the_maths_takes_whole_rounds() -> None:
             step = super().server_step(updates)
             return None if step is None else [np.clip(s, -1, 1) for s in step]
 
+    patched = ParameterServerSync()
+    patched.aggregate = lambda weights, updates: weights  # type: ignore[method-assign]
+
     assert ParameterServerSync().running_mean(2) is not None
     assert Clipped().running_mean(2) is None
+    assert patched.running_mean(2) is None

@@ -71,8 +71,10 @@ class ParameterServerSync(Strategy):
         none), then ``aggregate_mean`` with the result: the same weights as
         ``aggregate``, bit for bit.
         """
-        own = type(self).aggregate is ParameterServerSync.aggregate
-        return RunningMean(n) if own and type(self).server_step is ParameterServerSync.server_step else None
+        # A subclass's override, or a function set on this very object, changes the maths.
+        own = getattr(self.aggregate, "__func__", None) is ParameterServerSync.aggregate
+        own = own and getattr(self.server_step, "__func__", None) is ParameterServerSync.server_step
+        return RunningMean(n) if own else None
 
     def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
         """``aggregate`` from the deltas' weighted mean (None: no device trained on anything)."""
