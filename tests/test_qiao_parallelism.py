@@ -167,7 +167,10 @@ def test_the_split_trains_the_single_workers_weights_bit_for_bit(done: tuple[exp
     kept = plan.oversized_cuts[2].stages[0].output_bytes
     assert last["counted_bytes"] == 8 * last["parameters"] + 16 * (kept + outputs)
     if table["rss_rise_bytes"].notna().all():  # Linux: measured on every worker, far within the Pi's budget here
-        assert (table["rss_rise_bytes"] > 0).all() and table["fits"].all()
+        # The kernel counts RSS through per-thread caches (up to 64 pages each), so a stage this small can
+        # measure a rise a little below zero (CI saw -112 KiB): a rise, if any, is within that slack or above.
+        assert (table["rss_rise_bytes"] > -(2**20)).all() and table["fits"].all()
+        assert table["rss_rise_bytes"].max() > 0
         assert figures.oversized_check(plan, table).passed is None  # fits one device: nothing to show
 
 
