@@ -128,6 +128,18 @@ def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
     assert all(0 < t <= 1 for t in terminate.values())
 
 
+def test_workers_sample_their_profile_every_100_ms_not_every_10(cluster: DeviceCluster) -> None:
+    # Dask's profiler callback walks the task threads' stacks on the worker's event loop, holding
+    # the GIL: every 10 ms (its default) it stalled rounds of 2-5 ms.
+    # Execute
+    profile_ms = cluster.client.run(lambda dask_worker: dask_worker.periodic_callbacks["profile"].callback_time)
+    tick_s = cluster.client.run(lambda dask_worker: dask_worker._tick_interval)
+
+    # Assert: the dashboard keeps a profile, sampled a tenth as often
+    assert list(profile_ms.values()) == [100, 100]
+    assert list(tick_s.values()) == [0.1, 0.1]
+
+
 def test_dask_warnings_go_to_the_cluster_log_not_to_stderr(
     cluster: DeviceCluster, capfd: pytest.CaptureFixture[str]
 ) -> None:
