@@ -93,18 +93,16 @@ class RunningMean:
             self._acc = [np.empty(part.shape, np.float64) for part in parts]
             self._term = [np.empty_like(acc) for acc in self._acc]
             for acc, part in zip(self._acc, parts, strict=True):
-                acc[...] = part
-                acc *= weight
+                np.multiply(part, weight, out=acc, dtype=np.float64)  # the part cast up, then scaled
                 acc += 0.0
             return
         parts = self._parts(arrays)
         if len(parts) != len(self._acc) or any(p.shape != a.shape for p, a in zip(parts, self._acc, strict=True)):
             raise ValueError("the lists of arrays do not have the same layers")
-        # In two buffers, in place: a temporary array per operation (the plain expression) cost
-        # three times as long for two LeNet-MLP deltas.
+        # In two buffers, in place, two passes (cast and scale in one): a temporary array per
+        # operation (the plain expression) cost three times as long for two LeNet-MLP deltas.
         for acc, term, part in zip(self._acc, self._term, parts, strict=True):
-            term[...] = part
-            term *= weight
+            np.multiply(part, weight, out=term, dtype=np.float64)
             acc += term
 
     def _parts(self, arrays: NDArrays) -> NDArrays:
