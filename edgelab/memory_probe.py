@@ -23,14 +23,13 @@ def measure(model: str, batch_size: int) -> dict[str, float]:
     ``model``: a built-in model's name, or the path of a user's model's payload (``UserModelPayload.save``).
     """
     import numpy as np
-    import psutil
     import tensorflow  # noqa: F401 - the framework's own footprint is the baseline
 
+    from edgelab import process_memory
     from edgelab.models import ModelSpec, build_model
-    from edgelab.runtime import _peak_rss, _reset_peak_rss
     from edgelab.user_model import UserModel, UserModelPayload
 
-    baseline = psutil.Process().memory_info().rss
+    baseline = process_memory.rss_bytes()
     if model.endswith(".npz"):
         payload = UserModelPayload.load(Path(model))
         net = build_model(ModelSpec(UserModel("probe", payload.digest, ())), payload)
@@ -39,10 +38,10 @@ def measure(model: str, batch_size: int) -> dict[str, float]:
     x = np.zeros((batch_size, *net.input_shape[1:]), np.float32)
     y = np.zeros((batch_size,), np.int64)
     net.train_on_batch(x, y)  # traces the step: a one-off cost, not the step's
-    if not _reset_peak_rss():
+    if not process_memory.reset_peak():
         raise OSError("this system cannot reset the peak RSS counter (/proc/self/clear_refs)")
     net.train_on_batch(x, y)
-    peak = _peak_rss() or psutil.Process().memory_info().rss
+    peak = process_memory.peak_bytes() or process_memory.rss_bytes()
     return {"baseline_mb": baseline / 2**20, "need_mb": (peak - baseline) / 2**20}
 
 

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
+from edgelab import process_memory
 from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
@@ -51,28 +51,6 @@ INLINE_MAX_S = 0.05
 OPEN_CHANNEL = "open_channel"
 
 Weights = list[np.ndarray]
-
-
-def _reset_peak_rss() -> bool:
-    """Start a new peak-RSS window for this process (Linux: ``/proc/self/clear_refs``); False where unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss() -> int | None:
-    """Largest RSS of this process since the last reset (``VmHWM``), or None where unsupported."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def nbytes(arrays: Weights) -> int:
@@ -176,8 +154,7 @@ class DeviceRuntime(WorkerPlugin):
         import tensorflow  # noqa: F401
 
         self.device = worker.name
-        self.process = psutil.Process()
-        self.baseline_rss = self.process.memory_info().rss
+        self.baseline_rss = process_memory.rss_bytes()
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
         worker.handlers[PEER_OP] = self._peer
@@ -630,7 +607,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
     orders = [shard.order(task.seed, task.device_index, task.epoch + e)[start:stop] for e in range(task.local_epochs)]
 
     # The step's peak, not the RSS after it: the activations are freed once the step ends.
-    peak_measured = _reset_peak_rss()
+    peak_measured = process_memory.reset_peak()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     delta, loss = _train_steps(model, shard, weights, orders[0], task.steps, task.batch_size)
     step = delta
@@ -639,7 +616,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
         step, loss = _train_steps(model, shard, weights, order, task.steps, task.batch_size)
         delta = Packed([d + m for d, m in zip(delta.arrays, step.arrays, strict=True)])
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
-    peak = _peak_rss() if peak_measured else None
+    peak = process_memory.peak_bytes() if peak_measured else None
 
     dense = nbytes(delta.arrays)
     sent = dense
@@ -649,7 +626,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
         cpu_s += time.process_time() - cpu_c  # the device compresses: its time is the device's
         sent = serialized_bytes(delta)
     rt.bytes_sent += sent
-    rss = rt.process.memory_info().rss
+    rss = process_memory.rss_bytes()
     record = {
         **{f.name: getattr(task, f.name) for f in fields(task) if f.name not in ("spec", "run_id", "compressor")},
         "device": rt.device,

@@ -35,7 +35,6 @@ asynchronous runs are not trained again: their accuracy is not known.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -346,18 +345,17 @@ def _addresses(cluster: DeviceCluster, devices: list[str]) -> list[str]:
 
 def _start_peak_window(dask_worker: Any = None) -> None:
     """On a worker: start a new peak-RSS window and note the RSS it starts from."""
-    from edgelab.runtime import _reset_peak_rss
+    from edgelab import process_memory
 
-    _reset_peak_rss()
-    with open("/proc/self/statm") as f:
-        _WINDOW["start"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    process_memory.reset_peak()
+    _WINDOW["start"] = process_memory.rss_bytes()
 
 
 def _peak_rise(dask_worker: Any = None) -> dict[str, Any]:
     """On a worker: its peak RSS since ``_start_peak_window`` above the RSS it started from (bytes)."""
-    from edgelab.runtime import _peak_rss
+    from edgelab import process_memory
 
-    peak = _peak_rss()
+    peak = process_memory.peak_bytes()
     name = dask_worker.name if dask_worker is not None else ""
     return {"device": name, "rise": None if peak is None else int(peak - _WINDOW.get("start", peak))}
 

@@ -92,16 +92,14 @@ def run_tile(run_id: str, stage: str, repeat: int, x: np.ndarray) -> tuple[np.nd
     resident memory before, Linux only, else None) and ``bytes_serialized`` (the output as Dask's protocol
     frames it for the gather node).
     """
-    import psutil
-
+    from edgelab import process_memory
     from edgelab.pipeline import worker
-    from edgelab.runtime import _peak_rss, _reset_peak_rss
 
-    before = psutil.Process().memory_info().rss
-    windowed = _reset_peak_rss()
+    before = process_memory.rss_bytes()
+    windowed = process_memory.reset_peak()
     t0 = time.time()
     out, records = worker.run_stage(run_id, stage, repeat, x)
-    peak = _peak_rss() if windowed else None
+    peak = process_memory.peak_bytes() if windowed else None
     record = {
         **records[-1],
         "peak_rss_delta_bytes": None if peak is None else max(peak - before, 0),
