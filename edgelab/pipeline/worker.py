@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psutil
 
+from edgelab import process_memory
 from edgelab.runtime import StateMissingError, _runtime
 
 
@@ -83,7 +83,7 @@ def load_stage(
         "parameters": int(model.count_params()),
         "bytes": received,
         "load_cpu_s": time.process_time() - cpu0,
-        "working_set_bytes": psutil.Process().memory_info().rss - rt.baseline_rss,
+        "working_set_bytes": process_memory.rss_bytes() - rt.baseline_rss,  # as the baseline was read
     }
 
 
