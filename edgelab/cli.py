@@ -81,9 +81,24 @@ def notebook_parameters(
     parameter, which its results record), instead of the embedded cluster.
     """
     params: dict[str, Any] = {} if profile == "smoke" else {**full_parameters(notebook), "reports_dir": str(reports)}
-    if scheduler_address and _experiment(notebook) is not None:
+    if scheduler_address and "scheduler_address" in declared_parameters(notebook):
         params["scheduler_address"] = scheduler_address
     return params
+
+
+def declared_parameters(notebook: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell assigns (what papermill can inject)."""
+    import ast
+
+    cells = json.loads(notebook.read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+    return {
+        target.id
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
 
 
 #: The catalog ids each notebook renders.

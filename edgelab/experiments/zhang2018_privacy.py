@@ -1,0 +1,19 @@
+"""Zhang 2018, privacy: Tables 3 and 4, eq7 and eq8 — what the tiers' partial networks let an observer rebuild.
+
+The notebook renders the items with ``edgelab.figures.zhang2018_privacy`` on a
+few CIFAR-100 test images (or their stand-in); it trains nothing and runs no
+cluster. This module says only whether those images can be had here, so that
+``edgelab reproduce`` skips the notebook, saying why, rather than failing it.
+"""
+
+from __future__ import annotations
+
+from edgelab.experiments import harness
+
+#: The dataset the notebook reads its test images from.
+DATASET = "cifar100"
+
+
+def missing_data(data_dir: str | None = None) -> str | None:
+    """Why the notebook cannot run here: no source supplies CIFAR-100 or its stand-in; None if one does."""
+    return harness.missing_dataset(DATASET, data_dir)
