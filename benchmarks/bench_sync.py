@@ -14,7 +14,10 @@ A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
    floor for 2, 5 and 10 devices. Beside it, the same bytes echoed by the
    devices on each transport, and the parameter server's own arithmetic (the
    mean of the updates, on the client). Rounds/s and host CPU per round (every
-   process of the cluster) show how the cost scales (``sync.png``).
+   process of the cluster) show how the cost scales (``sync.png``). Beside
+   them, the least plumbing the round can have (``sides/bare_round.py``: the
+   same device step in plain processes on plain sockets, the same mean): what
+   this host allows any implementation, edgelab's included.
 B. Synchronous SGD beside TensorFlow's MultiWorkerMirroredStrategy (2 local
    processes, ring all-reduce, ``sides/mwms_worker.py``): the same MLP,
    digits, seed, batch 64 per worker and one TensorFlow thread per process.
@@ -37,6 +40,8 @@ import sys
 
 from bench_training import THREAD_CAP
 
+sys.path.insert(0, str(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sides")))
+
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -58,6 +63,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+from bare_round import run_bare  # noqa: E402
 from bench_training import host_info  # noqa: E402
 from distributed.protocol import to_serialize  # noqa: E402
 
@@ -234,7 +240,7 @@ def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
 def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, Any]:
     """Part A: per-round overhead and its floor, host CPU per round, for each device count and side."""
     cores = len(os.sched_getaffinity(0))
-    out: dict[str, Any] = {"cores": cores, "cells": []}
+    out: dict[str, Any] = {"cores": cores, "cells": [], "bare": []}
     n_max = max(DEVICE_COUNTS)
     data = dataset.limited(sample_limit=rounds * BATCH, test_limit=100)
     with connect(n_max, dashboard_address="127.0.0.1:0") as cluster:
@@ -279,6 +285,16 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                         flush=True,
                     )
             os.environ.pop(CHANNELS_ENV, None)
+            # The same rounds with none of edgelab's plumbing, on the same host in the same minutes.
+            for run in run_bare(n, data.x_train, data.y_train, rounds=rounds, repeats=repeats, batch=BATCH):
+                run.update(floor_ms=out["channel_rtt_ms"] + raw_ms)
+                run["overhead_over_floor"] = run["overhead_ms"] / run["floor_ms"]
+                out["bare"].append(run)
+                print(
+                    f"[A] {n:2d} devices bare       : {run['round_ms']:6.2f} ms/round, overhead "
+                    f"{run['overhead_ms']:5.2f} ms = {run['overhead_over_floor']:.2f}x floor {run['floor_ms']:.2f} ms",
+                    flush=True,
+                )
     return out
 
 
@@ -437,6 +453,24 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def summarize_bare(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """The least-plumbing reference's medians per device count, beside the direct transport's overhead."""
+    rows = []
+    direct = {r["devices"]: r for r in summarize_rounds(part) if r["transport"] == "direct"}
+    for n in DEVICE_COUNTS:
+        runs = [r for r in part.get("bare", []) if r["devices"] == n]
+        if not runs:
+            continue
+        row = {"devices": n}
+        for key in ("round_ms", "compute_ms", "overhead_ms", "floor_ms", "overhead_over_floor"):
+            row[key] = float(statistics.median(r[key] for r in runs))
+        if n in direct:
+            row["direct_overhead_ms"] = direct[n]["overhead_ms"]
+            row["direct_excess_ms"] = direct[n]["overhead_ms"] - row["overhead_ms"]
+        rows.append(row)
+    return rows
+
+
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     """Rounds per second and host CPU per round against devices, each transport (``sync.png``)."""
     import matplotlib
@@ -513,6 +547,28 @@ def render_markdown(results: dict[str, Any]) -> str:
             "warmed) included, per round; cores busy = that CPU / the run's wall: near the host's "
             f"{a['cores']} cores, the run waits for CPU, not for the link. ![scaling](sync.png)",
         ]
+        bare = summarize_bare(a)
+        if bare:
+            lines += [
+                "",
+                "### The least plumbing a round can have, on this host (``sides/bare_round.py``)",
+                "",
+                "Plain processes on plain loopback sockets, each running the very step an edgelab device runs; the "
+                "client sends the raw weights, receives each delta into a buffer of its own and sums the float64 "
+                "mean in preallocated buffers. No Dask, no pickles, no records, no checks, no recovery. Its overhead "
+                "is what moving the bytes, waking the processes and the mean cost here with Python at both ends: "
+                "a floor under any implementation. Floor as for the round channels.",
+                "",
+                "| devices | round ms | compute ms | overhead ms | floor ms | overhead / floor | "
+                "direct's overhead ms | direct - bare ms |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for r in bare:
+                lines.append(
+                    f"| {r['devices']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | {r['overhead_ms']:.2f} | "
+                    f"{r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | "
+                    f"{r.get('direct_overhead_ms', float('nan')):.2f} | {r.get('direct_excess_ms', float('nan')):.2f} |"
+                )
     if "mwms" in results:
         b = results["mwms"]
         lines += [
@@ -574,6 +630,7 @@ def run_benchmark(*, parts: list[str], repeats: int, rounds: int, samples: int) 
     if "rounds" in parts:
         results["rounds"] = bench_rounds(dataset, rounds=rounds, repeats=repeats)
         results["rounds"]["summary"] = summarize_rounds(results["rounds"])
+        results["rounds"]["bare_summary"] = summarize_bare(results["rounds"])
     if "mwms" in parts:
         results["mwms"] = bench_mwms(dataset, repeats=repeats)
     if "flower" in parts:

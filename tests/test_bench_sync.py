@@ -69,3 +69,50 @@ def test_round_costs_take_the_longer_of_the_slowest_device_and_the_cores(bench_s
     assert costs["compute_ms"] == pytest.approx(np.median([20.0, 30.0]))
     assert costs["overhead_ms"] == pytest.approx(np.median([10.0, 20.0]))
     assert costs["bytes_per_round"] == 800
+
+
+def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transport(bench_sync, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a few digits for two bare devices (real processes, real sockets, edgelab's own step)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, 256).astype(np.int64)
+
+    # Execute
+    runs = bench_sync.run_bare(2, x, y, rounds=10, repeats=2, batch=32)
+
+    # Assert: every run measured its rounds; a round holds its compute and something more
+    assert [r["devices"] for r in runs] == [2, 2]
+    assert all(r["rounds"] == 10 for r in runs)
+    assert all(0 < r["compute_ms"] < r["round_ms"] for r in runs)
+    assert all(r["overhead_ms"] > 0 for r in runs)
+
+    # Execute: the summary beside a hand-made direct cell
+    part = {
+        "bare": [{**r, "floor_ms": 1.0, "overhead_over_floor": r["overhead_ms"]} for r in runs],
+        "cells": [
+            {
+                "devices": 2,
+                "transport": "direct",
+                **{k: 1.0 for k in ("round_ms", "compute_ms", "server_ms", "floor_ms", "echo_ms")},
+                **{k: 1.0 for k in ("overhead_over_echo", "rounds_per_s", "host_cpu_ms_per_round")},
+                **{k: 1.0 for k in ("device_cpu_ms", "bytes_per_round", "cores_busy")},
+                "overhead_ms": 3.0,
+                "overhead_over_floor": 3.0,
+            }
+        ],
+    }
+    (row,) = bench_sync.summarize_bare(part)
+
+    # Assert: the excess is direct's overhead minus the bare one's median
+    bare_median = float(np.median([r["overhead_ms"] for r in runs]))
+    assert row["overhead_ms"] == pytest.approx(bare_median)
+    assert row["direct_excess_ms"] == pytest.approx(3.0 - bare_median)
+    assert "least plumbing" in bench_sync.render_markdown(_results_with(part, bench_sync))
+
+
+def _results_with(part, bench_sync):  # type: ignore[no-untyped-def]
+    part = {**part, "cores": 2, "rtt_ms": 0.4, "channel_rtt_ms": 0.2}
+    part["summary"] = bench_sync.summarize_rounds(part)
+    host = {"date_utc": "now", "processor": "x86_64", "cpu_count": 2, "tensorflow": "2", "distributed": "2"}
+    host |= {"loadavg_start": [0.0], "loadavg_end": [0.0], "benchmark_wall_s": 60.0}
+    return {"config": {"repeats": 2, "rounds": 10}, "dataset": {"source": "test"}, "host": host, "rounds": part}

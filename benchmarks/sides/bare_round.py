@@ -1,0 +1,162 @@
+"""The least plumbing a synchronous parameter-server round can have: the reference beside ``bench_sync.py``'s part A.
+
+What part A's overhead would be if edgelab were nothing but its step. Each
+device is a plain process (no Dask, no nanny, no event loop) holding a shard
+of the digits, with the very step an edgelab device runs
+(``edgelab.runtime._train_steps``: the same compiled call, gather and delta)
+and one plain TCP connection to the client. A round: the client sends the
+flat weights to every device (no pickle, no header), each device receives
+them into the same buffer every round, trains one batch and sends back two
+timings and its delta; the client receives each delta into a buffer of its
+own, sums them into a float64 running mean as they arrive (the parameter
+server's arithmetic, in preallocated buffers) and adds the mean to the
+weights in place. No records, no memory readings, no recovery, no checks.
+
+Overhead = round wall minus compute, with compute as part A defines it (the
+slowest device's step wall, or the devices' step CPU over the host's cores
+when they outnumber them). What is left is what moving the bytes, waking the
+processes and the mean cost on this host with Python at both ends: a floor
+under any implementation of the round, edgelab's included.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import selectors
+import socket
+import statistics
+import struct
+import time
+from typing import Any
+
+import numpy as np
+
+#: A device's reply head: its step's wall and CPU seconds.
+TIMES = struct.Struct("!dd")
+#: Rounds before the measured ones (TensorFlow's and the sockets' first rounds).
+WARMUP = 20
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> bool:
+    got = 0
+    while got < view.nbytes:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            return False
+        got += n
+    return True
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """``nbytes`` of uint8 starting at a 64-byte boundary (as TensorFlow aligns its own buffers)."""
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + nbytes]
+
+
+def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int) -> None:
+    """A device: connect to the client, then train one batch per weights received until it closes."""
+    os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from edgelab import runtime
+    from edgelab.models import ModelSpec
+    from edgelab.wire import Flat, pack
+
+    model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
+    shard = runtime._Shard(x, y, channel_axis=False)
+    layout, (flat,) = pack(model.get_weights())
+    buffer = _aligned(flat.nbytes)
+    weights = Flat(layout, (buffer.view(flat.dtype),))  # the arrays are views of the buffer each round refills
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        step = 0
+        while _recv_into(sock, memoryview(buffer)):
+            per_epoch = len(shard) // batch
+            order = shard.order(seed, index, step // per_epoch)
+            start = step % per_epoch * batch
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            delta, _ = runtime._train_steps(model, shard, weights, order[start : start + batch], 1, batch)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            sock.sendmsg([TIMES.pack(wall, cpu), memoryview(pack(delta.arrays)[1][0]).cast("B")])
+            step += 1
+
+
+def run_bare(n: int, x: np.ndarray, y: np.ndarray, *, rounds: int, repeats: int, batch: int = 64) -> list[dict[str, Any]]:
+    """``repeats`` runs of ``rounds`` rounds on ``n`` bare devices; per run the median round, compute and overhead.
+
+    ``x`` (uint8 images) and ``y`` are split into ``n`` shards, one per device.
+    """
+    from edgelab.models import ModelSpec, build_model
+    from edgelab.wire import pack
+
+    cores = len(os.sched_getaffinity(0))
+    _, (initial,) = pack(build_model(ModelSpec("mlp")).get_weights())
+    ctx = multiprocessing.get_context("spawn")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        shards = np.array_split(np.arange(len(y)), n)
+        devices = [
+            ctx.Process(target=serve, args=(port, x[s], y[s], i, batch, 0), daemon=True) for i, s in enumerate(shards)
+        ]
+        for device in devices:
+            device.start()
+        socks = [server.accept()[0] for _ in range(n)]  # in the order they connect: the shards are alike
+        for sock in socks:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        return [_rounds(socks, initial.copy(), rounds, batch, cores) for _ in range(repeats)]
+    finally:
+        for sock in socks:
+            sock.close()
+        for device in devices:
+            device.join(30)
+            if device.is_alive():
+                device.kill()
+
+
+def _rounds(socks: list[socket.socket], weights: np.ndarray, rounds: int, batch: int, cores: int) -> dict[str, Any]:
+    n = len(socks)
+    replies = [np.empty(weights.size, weights.dtype) for _ in range(n)]
+    heads = [bytearray(TIMES.size) for _ in range(n)]
+    acc, term = np.empty(weights.size, np.float64), np.empty(weights.size, np.float64)
+    mean = np.empty_like(weights)
+    walls, computes = [], []
+    with selectors.DefaultSelector() as selector:
+        for i, sock in enumerate(socks):
+            selector.register(sock, selectors.EVENT_READ, i)
+        for r in range(WARMUP + rounds):
+            t0 = time.perf_counter()
+            out = memoryview(weights).cast("B")
+            for sock in socks:
+                sock.sendall(out)
+            arrived: set[int] = set()
+            folded, times = 0, [(0.0, 0.0)] * n
+            while folded < n:
+                for key, _ in selector.select():
+                    i = key.data
+                    _recv_into(socks[i], memoryview(heads[i]))
+                    _recv_into(socks[i], memoryview(replies[i]).cast("B"))
+                    times[i] = TIMES.unpack(heads[i])
+                    arrived.add(i)
+                    while folded in arrived:  # in device order, as edgelab's running mean sums
+                        if folded == 0:
+                            np.multiply(replies[0], float(batch), out=acc, dtype=np.float64)
+                        else:
+                            np.multiply(replies[folded], float(batch), out=term, dtype=np.float64)
+                            acc += term
+                        folded += 1
+            np.divide(acc, float(batch * n), out=mean, casting="unsafe")
+            weights += mean
+            wall = time.perf_counter() - t0
+            if r >= WARMUP:
+                walls.append(wall)
+                computes.append(max(max(t[0] for t in times), sum(t[1] for t in times) / cores))
+    overheads = [w - c for w, c in zip(walls, computes, strict=True)]
+    return {
+        "devices": n,
+        "rounds": rounds,
+        "round_ms": 1e3 * statistics.median(walls),
+        "compute_ms": 1e3 * statistics.median(computes),
+        "overhead_ms": 1e3 * statistics.median(overheads),
+    }
