@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.wire import aligned_empty
+
 #: A message's head: the pickle's length and the number of buffers that follow it.
 HEAD = struct.Struct("!QI")
 #: Each buffer's length.
@@ -125,7 +127,8 @@ def receive_message(sock: socket.socket, check: Callable[[], None] | None = None
     _recv_into(sock, memoryview(data), check)
     buffers = []
     for (length,) in LENGTH.iter_unpack(lengths):
-        buffer = np.empty(length, np.uint8)  # not zeroed: every byte is received into it
+        # Not zeroed: every byte is received into it. Aligned: a device's step takes the weights uncopied.
+        buffer = aligned_empty(length, np.uint8)
         _recv_into(sock, memoryview(buffer), check)
         buffers.append(buffer)
     return pickle.loads(data, buffers=buffers)

@@ -38,7 +38,7 @@ from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 from edgelab.user_model import UserModel, UserModelPayload
-from edgelab.wire import Bundle, Layout, Packed, pack
+from edgelab.wire import TENSOR_ALIGNMENT, Bundle, Layout, Packed, aligned_empty, pack
 
 PLUGIN_NAME = "edgelab-device"
 #: The worker handler a direct call from the client reaches (``edgelab.fleet.Fleet.direct``).
@@ -113,8 +113,8 @@ class _Shard:
         them copied every image once more.
         """
         idx = np.sort(idx, axis=1)
-        x = self.x[idx].astype(np.float32)
-        x /= np.float32(255.0)
+        # Cast and scaled in one pass (the same float32 division), into memory TensorFlow takes uncopied.
+        x = np.divide(self.x[idx], np.float32(255.0), out=aligned_empty((*idx.shape, *self.x.shape[1:]), np.float32))
         return (x[..., None] if self.channel_axis else x), self.y[idx]
 
 
@@ -467,6 +467,24 @@ def _batch_step(model: Any, layout: Layout, x: np.ndarray, y: np.ndarray) -> Any
     return steps[key]
 
 
+def _tensor(array: np.ndarray) -> Any:
+    """``array`` as a TensorFlow tensor on its own memory when TensorFlow can take it, else a copy.
+
+    TensorFlow takes aligned, contiguous, writable numpy memory through DLPack
+    as it is (the received weights, a gathered batch): ``tf.constant`` copied
+    them, 0.2-0.3 ms of a LeNet-MLP round's 2 ms on a device. The tensor keeps
+    the array alive; the step only reads it.
+    """
+    import tensorflow as tf
+
+    if array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % TENSOR_ALIGNMENT == 0:
+        try:
+            return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        except (BufferError, TypeError, ValueError):  # a dtype DLPack does not carry
+            pass
+    return tf.constant(array)
+
+
 def _groups(layout: Layout) -> int:
     return max(group for _, _, group in layout) + 1
 
@@ -485,13 +503,11 @@ def _train_steps(
 ) -> tuple[Packed, float]:
     """Train on the shard's samples ``order`` from ``weights``; the weight delta (packed) and the last loss."""
     if steps == 1:
-        import tensorflow as tf
-
         _check_weights(model, weights)
         layout, flats = pack(weights)
         x, y = shard.take(order)
         step = _batch_step(model, layout, x, y)
-        out, loss = step(tuple(tf.constant(f) for f in flats), tf.constant(x), tf.constant(y))
+        out, loss = step(tuple(_tensor(f) for f in flats), _tensor(x), _tensor(y))
         return Packed.of(layout, tuple(f.numpy() for f in out)), float(loss)
     set_weights(model, weights)
     # Many batches per round: Keras' own train step, batch after batch in one compiled loop, as

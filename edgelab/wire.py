@@ -94,6 +94,23 @@ class Flat(list):  # type: ignore[type-arg]
         return (unpack, (self.layout, self.flats))
 
 
+#: The boundary TensorFlow aligns its own CPU buffers on: numpy memory aligned so it takes as it is, uncopied.
+TENSOR_ALIGNMENT = 64
+
+
+def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised array whose data starts on a ``TENSOR_ALIGNMENT``-byte boundary.
+
+    >>> aligned_empty((3, 5), np.float32).ctypes.data % TENSOR_ALIGNMENT
+    0
+    """
+    dtype = np.dtype(dtype)
+    nbytes = math.prod((shape,) if isinstance(shape, int) else shape) * dtype.itemsize
+    raw = np.empty(nbytes + TENSOR_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % TENSOR_ALIGNMENT
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def unpack(layout: Layout, flats: tuple[np.ndarray, ...]) -> Flat:
     """The arrays ``Packed`` was made from, as views of the flat buffers it travelled in."""
     return Flat(layout, flats)

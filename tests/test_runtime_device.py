@@ -159,3 +159,50 @@ def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
         _train_steps(model, shard, weights[:5], np.arange(4), 1, 4)
     with pytest.raises(ValueError, match="has shape"):
         _train_steps(model, shard, [w.T for w in weights], np.arange(4), 1, 4)
+
+
+def test_weights_off_the_wire_go_to_the_step_uncopied_and_train_to_the_same_bits() -> None:
+    import socket
+    import threading
+
+    from edgelab.channel import encode, receive_message, send_message
+    from edgelab.models import build_model
+    from edgelab.runtime import _tensor, _train_steps, get_weights
+    from edgelab.wire import TENSOR_ALIGNMENT, Packed, pack
+
+    # Prepare: a model's weights received as a device receives them, over a real socket
+    model = build_model(ModelSpec("mlp"))
+    weights = get_weights(model)
+    left, right = socket.socketpair()
+    with left, right:
+        sender = threading.Thread(target=send_message, args=(left, encode(Packed(weights))))
+        sender.start()
+        received = receive_message(right)
+        sender.join()
+    (flat,) = pack(received)[1]
+    rng = np.random.default_rng(3)
+    shard = _Shard(x=rng.integers(0, 256, (64, 28, 28), np.uint8), y=rng.integers(0, 10, 64), channel_axis=False)
+
+    # Execute / Assert: the received buffer is aligned, and its tensor is that very memory (a write shows through)
+    assert flat.ctypes.data % TENSOR_ALIGNMENT == 0
+    tensor = _tensor(flat)
+    first = flat[0]
+    flat[0] = 7.0
+    assert tensor.numpy()[0] == 7.0
+    flat[0] = first
+    # ... while an unaligned array is copied
+    unaligned = np.frombuffer(bytearray(8 + flat.nbytes), np.uint8)[4 : 4 + flat.nbytes].view(np.float32)
+    unaligned[:] = flat
+    copied = _tensor(unaligned)
+    unaligned[0] = 7.0
+    assert copied.numpy()[0] == first
+
+    # Execute: the same round from the received weights (uncopied) and from plain arrays (copied)
+    order = rng.permutation(64)
+    uncopied, loss_uncopied = _train_steps(model, shard, received, order, 1, 64)
+    plain, loss_plain = _train_steps(model, shard, [w.copy() for w in weights], order, 1, 64)
+
+    # Assert: bit for bit
+    for a, b in zip(uncopied.arrays, plain.arrays, strict=True):
+        np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    assert loss_uncopied == loss_plain

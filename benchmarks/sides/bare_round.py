@@ -82,7 +82,9 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
             step += 1
 
 
-def run_bare(n: int, x: np.ndarray, y: np.ndarray, *, rounds: int, repeats: int, batch: int = 64) -> list[dict[str, Any]]:
+def run_bare(
+    n: int, x: np.ndarray, y: np.ndarray, *, rounds: int, repeats: int, batch: int = 64
+) -> list[dict[str, Any]]:
     """``repeats`` runs of ``rounds`` rounds on ``n`` bare devices; per run the median round, compute and overhead.
 
     ``x`` (uint8 images) and ``y`` are split into ``n`` shards, one per device.
