@@ -40,7 +40,7 @@ import sys
 
 from bench_training import THREAD_CAP
 
-sys.path.insert(0, str(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sides")))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sides"))  # bare_round
 
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)

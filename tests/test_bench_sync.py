@@ -71,7 +71,7 @@ def test_round_costs_take_the_longer_of_the_slowest_device_and_the_cores(bench_s
     assert costs["bytes_per_round"] == 800
 
 
-def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transport(bench_sync, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transport(bench_sync) -> None:  # type: ignore[no-untyped-def]
     # Prepare: a few digits for two bare devices (real processes, real sockets, edgelab's own step)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8)

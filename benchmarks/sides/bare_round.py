@@ -48,25 +48,18 @@ def _recv_into(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def _aligned(nbytes: int) -> np.ndarray:
-    """``nbytes`` of uint8 starting at a 64-byte boundary (as TensorFlow aligns its own buffers)."""
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + nbytes]
-
-
 def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int) -> None:
     """A device: connect to the client, then train one batch per weights received until it closes."""
     os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from edgelab import runtime
     from edgelab.models import ModelSpec
-    from edgelab.wire import Flat, pack
+    from edgelab.wire import Flat, aligned_empty, pack
 
     model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
     shard = runtime._Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
-    buffer = _aligned(flat.nbytes)
+    buffer = aligned_empty(flat.nbytes, np.uint8)  # as a device's channel receives: TensorFlow takes it uncopied
     weights = Flat(layout, (buffer.view(flat.dtype),))  # the arrays are views of the buffer each round refills
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
