@@ -424,11 +424,14 @@ def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(tmp_p
             ]
         )
         # a TCP handshake is one round trip: 2 x 40 ms to the scheduler, 4 x 40 ms to the other device
-        # (one relay each way per device link); a lost SYN adds a second's retry, so take the fastest of nine
+        # (one relay each way per device link); a lost SYN adds a second's retry, so take the fastest of nine.
+        # An attempt whose SYNs (or ARP requests) are lost past its timeout is one sample fewer, not a failure:
+        # a fresh clone's CI lost one so (10% loss at each of the relays crossed).
         probe = (
-            "import socket,sys,time\nts=[]\nfor _ in range(9):\n t=time.perf_counter()\n"
-            " socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=5).close()\n"
-            " ts.append(time.perf_counter()-t)\nprint(min(ts),ts)"
+            "import socket,sys,time\nts=[]\nfor _ in range(9):\n t=time.perf_counter()\n try:\n"
+            "  socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=5).close()\n"
+            " except OSError:\n  continue\n ts.append(time.perf_counter()-t)\n"
+            "print(min(ts,default=float('inf')),ts)"
         )
         from distributed import Client
 
