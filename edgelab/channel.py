@@ -18,9 +18,10 @@ the engine: it starts, names, watches and restarts the devices, and every
 other exchange uses its comms. A channel that cannot be opened (a firewall
 between the client and a real board) leaves the device on Dask's comms.
 
-Wire format of a message: ``HEAD`` (the pickle's length, the number of
-out-of-band buffers), each buffer's length (8 bytes each), the pickle, the
-buffers.
+Wire format of a message: ``HEAD`` (its kind, its data's length, the number
+of buffers), each buffer's length (8 bytes each), the data, the buffers. The
+data is a pickle whose arrays are the buffers, or, for a parameter server's
+round, a few numbers (``edgelab.round_wire``: the round's lean form).
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from edgelab import round_wire
 from edgelab.wire import aligned_empty
 
-#: A message's head: the pickle's length and the number of buffers that follow it.
-HEAD = struct.Struct("!QI")
+#: A message's head: its kind, its data's length and the number of buffers that follow it.
+HEAD = struct.Struct("!BQI")
+#: Kinds of message: a pickle (any call or reply), a round's call and reply in their lean form.
+PICKLED, ROUND_CALL, ROUND_REPLY = 0, 1, 2
 #: Each buffer's length.
 LENGTH = struct.Struct("!Q")
 #: How long connecting to a device's channel may take before the device is left on Dask's comms.
@@ -58,8 +62,12 @@ def encode(value: Any) -> list[memoryview]:
     """``value`` as the views one message sends: head, lengths, pickle, then its arrays' buffers uncopied."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    head = HEAD.pack(len(data), len(raws)) + b"".join(LENGTH.pack(r.nbytes) for r in raws)
+    return frame(PICKLED, data, [b.raw() for b in buffers])
+
+
+def frame(kind: int, data: bytes, raws: list[memoryview]) -> list[memoryview]:
+    """The views one message of ``kind`` sends: head, lengths, ``data``, then the buffers ``raws`` uncopied."""
+    head = HEAD.pack(kind, len(data), len(raws)) + b"".join(LENGTH.pack(r.nbytes) for r in raws)
     return [memoryview(head), memoryview(data), *raws]
 
 
@@ -117,10 +125,20 @@ def _recv_into(sock: socket.socket, view: memoryview, check: Callable[[], None] 
 
 
 def receive_message(sock: socket.socket, check: Callable[[], None] | None = None) -> Any:
-    """The next message on ``sock``, its arrays views of buffers received straight into numpy memory."""
+    """The next message on ``sock``, a pickle, its arrays views of buffers received straight into numpy memory."""
+    kind, data, buffers = receive_frame(sock, check)
+    if kind != PICKLED:
+        raise ValueError(f"expected a pickled message on the channel to {_peer(sock)}, got one of kind {kind}")
+    return pickle.loads(data, buffers=buffers)
+
+
+def receive_frame(
+    sock: socket.socket, check: Callable[[], None] | None = None
+) -> tuple[int, bytearray, list[np.ndarray]]:
+    """The next message on ``sock`` as it came: its kind, its data and its buffers (uint8, each freshly allocated)."""
     head = bytearray(HEAD.size)
     _recv_into(sock, memoryview(head), check)
-    size, count = HEAD.unpack(head)
+    kind, size, count = HEAD.unpack(head)
     lengths = bytearray(LENGTH.size * count)
     _recv_into(sock, memoryview(lengths), check)
     data = bytearray(size)
@@ -131,7 +149,7 @@ def receive_message(sock: socket.socket, check: Callable[[], None] | None = None
         buffer = aligned_empty(length, np.uint8)
         _recv_into(sock, memoryview(buffer), check)
         buffers.append(buffer)
-    return pickle.loads(data, buffers=buffers)
+    return kind, data, buffers
 
 
 def _peer(sock: socket.socket) -> str:
@@ -185,18 +203,23 @@ class ChannelServer:
                 conn = self._ssl.wrap_socket(conn, server_side=True)
             with self._lock:
                 self._connections.add(conn)
+            plans: dict[int, Any] = {}  # the round plans this connection sent (edgelab.round_wire)
             while True:
-                fn, args = receive_message(conn)
+                kind, data, buffers = receive_frame(conn)
+                if kind == ROUND_CALL:
+                    try:
+                        fn, args = round_wire.ROUND_FN, round_wire.decode_call(data, buffers, plans)
+                    except Exception as exc:  # a plan never sent: a bug, said to the caller
+                        send_message(conn, encode({"status": "error", "exception": exc}))
+                        continue
+                else:
+                    fn, args = pickle.loads(data, buffers=buffers)
                 reply = self._handle(fn, args)
                 self.calls += 1
                 if reply is None:  # a one-way message (a peer's piece)
                     continue
-                try:
-                    views = encode(reply)
-                except Exception as exc:  # an unpicklable result or error: say so rather than drop the channel
-                    error = RuntimeError(f"the reply to {fn} could not be pickled: {exc!r}")
-                    views = encode({"status": "error", "exception": error})
-                send_message(conn, views)
+                lean = round_wire.encode_reply(reply, args[1].layout) if kind == ROUND_CALL else None
+                send_message(conn, frame(ROUND_REPLY, *lean) if lean is not None else _pickled_reply(fn, reply))
         except (OSError, EOFError):  # the client closed the channel, or went away
             pass
         finally:
@@ -211,6 +234,14 @@ class ChannelServer:
             for conn in list(self._connections):
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
+
+
+def _pickled_reply(fn: str, reply: Any) -> list[memoryview]:
+    try:
+        return encode(reply)
+    except Exception as exc:  # an unpicklable result or error: say so rather than drop the channel
+        error = RuntimeError(f"the reply to {fn} could not be pickled: {exc!r}")
+        return encode({"status": "error", "exception": error})
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -236,6 +267,8 @@ class Channels:
         self._open_remote, self._ssl = open_remote, ssl_context
         self._socks: dict[str, socket.socket] = {}
         self._unreachable: set[str] = set()
+        # The round plans each open channel has been sent (edgelab.round_wire), their keys numbered in order.
+        self._plans: dict[str, list[Any]] = {}
         #: where each worker address's channel listens, once opened
         self.endpoints: dict[str, tuple[str, int]] = {}
 
@@ -289,11 +322,13 @@ class Channels:
                 raise ConnectionError(f"no channel to {address}: ask reachable() first")
             socks[key] = sock
         try:
-            for key, (_, fn, args) in calls.items():
+            leans = {}  # the calls sent in the lean form: what their replies are decoded with
+            for key, (address, fn, args) in calls.items():
                 sock = socks[key]
                 sock.settimeout(poll_s)
-                send_message(sock, encode((fn, args)), check)
-            replies = _receive_all(socks, check, poll_s, failed, on_reply)
+                views, leans[key] = self._encode(address, fn, args)
+                send_message(sock, views, check)
+            replies = _receive_all(socks, check, poll_s, failed, on_reply, leans)
             if len(replies) < len(calls):  # one failed: the others' replies are left unread
                 self._drop_all(calls)
                 return replies
@@ -301,6 +336,19 @@ class Channels:
         except BaseException:
             self._drop_all(calls)
             raise
+
+    def _encode(self, address: str, fn: str, args: tuple[Any, ...]) -> tuple[list[memoryview], Any]:
+        """A call's message: a round in its lean form where it can go so (and the task and layout of its reply)."""
+        key = round_wire.plan_key(*args) if fn == round_wire.ROUND_FN and len(args) == 2 else None
+        if key is None:
+            return encode((fn, args)), None
+        plans = self._plans.setdefault(address, [])
+        new = key not in plans  # a few plans at most: compared with ==, element by element, often by identity
+        if new:
+            plans.append(key)
+        plan = plans.index(key)
+        task, weights = args
+        return frame(ROUND_CALL, *round_wire.encode_call(plan, new, task, weights)), (task, weights.flat()[0])
 
     def closed_by_peer(self) -> list[str]:
         """The addresses whose channel the other end closed (its process died): read without waiting.
@@ -326,6 +374,7 @@ class Channels:
 
     def _drop(self, address: str) -> None:
         sock = self._socks.pop(address, None)
+        self._plans.pop(address, None)  # a channel opened again starts with no plans, at both ends
         if sock is not None:
             sock.close()
 
@@ -341,10 +390,12 @@ def _receive_all(
     poll_s: float,
     failed: Callable[[Any], bool],
     on_reply: Callable[[str, Any], None] | None = None,
+    leans: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A reply from every socket, read as they come: a device that died is seen at once, not in its turn.
 
-    Stops at the first ``failed`` reply.
+    Stops at the first ``failed`` reply. ``leans[key]``: the task and layout
+    that decode a lean reply to a round call (``edgelab.round_wire``).
     """
     replies = {}
     with selectors.DefaultSelector() as selector:
@@ -355,10 +406,22 @@ def _receive_all(
             if not ready:
                 check()
             for selected, _ in ready:
-                reply = replies[selected.data] = receive_message(socks[selected.data], check)
+                reply = replies[selected.data] = _receive_reply(
+                    socks[selected.data], check, (leans or {}).get(selected.data)
+                )
                 if failed(reply):
                     return {selected.data: reply}
                 selector.unregister(selected.fileobj)
                 if on_reply is not None:
                     on_reply(selected.data, reply)
     return replies
+
+
+def _receive_reply(sock: socket.socket, check: Callable[[], None], lean: tuple[Any, Any] | None) -> Any:
+    """The next reply on ``sock``: a pickle, or a round's lean reply decoded with ``lean`` (its task and layout)."""
+    kind, data, buffers = receive_frame(sock, check)
+    if kind == PICKLED:
+        return pickle.loads(data, buffers=buffers)
+    if kind == ROUND_REPLY and lean is not None:
+        return round_wire.decode_reply(data, buffers, *lean)
+    raise ValueError(f"a reply of kind {kind} on the channel to {_peer(sock)} answers no lean call")

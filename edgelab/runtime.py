@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import numpy as np
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
-from edgelab import process_memory
+from edgelab import process_memory, round_wire
 from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
@@ -643,9 +643,7 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
         sent = serialized_bytes(delta)
     rt.bytes_sent += sent
     rss = process_memory.rss_bytes()
-    record = {
-        **{f.name: getattr(task, f.name) for f in fields(task) if f.name not in ("spec", "run_id", "compressor")},
-        "device": rt.device,
+    measured = {
         "pid": os.getpid(),
         "samples": int(sum(len(o) for o in orders)),
         "cpu_s": cpu_s,
@@ -657,10 +655,10 @@ def train_round(task: RoundTask, weights: Weights) -> tuple[Any, dict[str, Any]]
         "rss_bytes": rss,
         "working_set_bytes": rss - rt.baseline_rss,
         "peak_working_set_bytes": (peak - rt.baseline_rss) if peak is not None else None,
-        # The monitor's samples travel with the result, so a device that dies loses only its last round's.
-        "monitor": rt.sampler.drain() if rt.sampler is not None else [],
     }
-    return delta, record
+    # The monitor's samples travel with the result, so a device that dies loses only its last round's.
+    monitor = rt.sampler.drain() if rt.sampler is not None else []
+    return delta, round_wire.record(task, rt.device, measured, monitor)
 
 
 def _compress(rt: DeviceRuntime, task: RoundTask, delta: Weights, loss: float, weights: Weights) -> Any:

@@ -50,10 +50,14 @@ class Packed:
     def __len__(self) -> int:
         return len(self.arrays)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def flat(self) -> tuple[Layout, tuple[np.ndarray, ...]]:
+        """The layout and the flat buffers these arrays travel as, packed on first use."""
         if self._packed is None:
             self._packed = pack(self.arrays)  # once: a round sends the same weights to every device
-        return (unpack, self._packed)
+        return self._packed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (unpack, self.flat())
 
 
 Layout = list[tuple[str, tuple[int, ...], int]]

@@ -357,6 +357,42 @@ def test_a_running_mean_names_what_it_was_not_given() -> None:
         other.add(1, _client(rng)[:2], 1)
 
 
+def test_a_running_mean_sums_in_the_buffers_of_the_last_and_the_last_then_refuses_to_go_on() -> None:
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    # Prepare: three rounds of two flat deltas (a negative zero first, as sum() must turn it to 0.0)
+    rng = np.random.default_rng(7)
+    rounds = [[Flat(*pack(_client(rng))) for _ in range(2)] for _ in range(3)]
+    rounds[1][0].flats[0][0] = np.float32(-0.0)
+    rounds[1][1].flats[0][0] = np.float32(-0.0)
+
+    # Execute: each round's running mean recycling the last one's sums
+    last, means, buffers = None, [], []
+    for deltas in rounds:
+        running = RunningMean(2, recycle=last)
+        running.add(1, deltas[1], 5)
+        running.add(0, deltas[0], 3)
+        buffers.append([id(a) for a in running._acc])
+        means.append(running.result())
+        last = running
+
+    # Assert: the bits of fresh sums, in the same memory each round; the one recycled takes and gives no more
+    for deltas, mean in zip(rounds, means, strict=True):
+        want = weighted_mean([list(d) for d in deltas], [3, 5])
+        for got, ref in zip(mean, want, strict=True):
+            np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
+    assert np.signbit(means[1].flats[0][0]) == np.False_
+    assert buffers[0] == buffers[1] == buffers[2]
+    spent = RunningMean(2)
+    spent.add(0, rounds[0][0], 1)
+    RunningMean(2, recycle=spent)
+    with pytest.raises(ValueError, match="gave its sums to the next one"):
+        spent.add(1, rounds[0][1], 1)
+    with pytest.raises(ValueError, match="gave its sums to the next one"):
+        spent.result()
+
+
 def test_the_server_gives_the_same_weights_from_a_running_mean_as_from_the_updates() -> None:
     # Prepare: two servers with momentum, three rounds of three devices (one round with an empty update)
     rng = np.random.default_rng(6)

@@ -56,6 +56,7 @@ class ParameterServerSync(Strategy):
         self.momentum = momentum
         #: the server's momentum state (None until the first step)
         self.velocity: NDArrays | None = None
+        self._running: RunningMean | None = None  # the last round's: the next one sums in its buffers
 
     def aggregate(self, weights: NDArrays, updates: list[DeviceUpdate]) -> NDArrays | None:
         """Average the deltas (weighted by samples) and apply them to ``weights``."""
@@ -69,12 +70,16 @@ class ParameterServerSync(Strategy):
 
         Hand each device's delta over with its samples (``skip`` one with
         none), then ``aggregate_mean`` with the result: the same weights as
-        ``aggregate``, bit for bit.
+        ``aggregate``, bit for bit. It sums in the buffers of the one asked
+        for before, which is done with from then on.
         """
         # A subclass's override, or a function set on this very object, changes the maths.
         own = getattr(self.aggregate, "__func__", None) is ParameterServerSync.aggregate
         own = own and getattr(self.server_step, "__func__", None) is ParameterServerSync.server_step
-        return RunningMean(n) if own else None
+        if not own:
+            return None
+        self._running = RunningMean(n, recycle=self._running)
+        return self._running
 
     def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
         """``aggregate`` from the deltas' weighted mean (None: no device trained on anything)."""
