@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -324,6 +326,56 @@ def test_a_running_mean_in_any_order_is_the_weighted_mean_bit_for_bit(seed: int)
     for got, ref in zip(running.result(), want, strict=True):
         assert got.dtype == ref.dtype and got.shape == ref.shape
         np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
+
+
+def _sums_by_the_book(lists: list[list[np.ndarray]], weights: list[float]) -> list[np.ndarray]:
+    """A weighted mean's sums as its definition reads: float64 terms summed in order from 0."""
+    sums: list[Any] = [0.0] * len(lists[0])
+    for arrays, weight in zip(lists, weights, strict=True):
+        sums = [s + np.multiply(a, weight, dtype=np.float64) for s, a in zip(sums, arrays, strict=True)]
+    return sums
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [[64] * 5, [0.5] * 5, [64, 64, 64, 32, 64], [64, 64, 0, 64, 64], [128, 128, 128, 128, 100], [6] * 5],
+    ids=["power-of-two", "a-half", "one-differs", "one-empty", "last-differs", "not-a-power"],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_running_mean_of_equal_powers_of_two_is_the_mean_by_the_book_bit_for_bit(
+    weights: list[float], dtype: type
+) -> None:
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    # Prepare: negative zeros everywhere, subnormals, values near float32's largest, cancellations
+    rng = np.random.default_rng(11)
+    lists = []
+    for i in range(5):
+        flat = (rng.standard_normal(4000) * 10.0 ** rng.integers(-30, 30, 4000)).astype(dtype)
+        flat[:50] = -0.0
+        flat[50:60] = np.asarray(1e-45 if dtype == np.float32 else 5e-324, dtype) * (i + 1)
+        flat[60:70] = np.finfo(np.float32).max / 4 * (-1) ** i
+        lists.append([flat[:1000].reshape(50, 20), flat[1000:]])
+    lists[3][0][0, :5] = -lists[2][0][0, :5]  # the partial sums of these cancel to zero
+
+    # Execute: in order, flat lists, the empty one skipped
+    running = RunningMean(5)
+    for i, (arrays, weight) in enumerate(zip(lists, weights, strict=True)):
+        if weight:
+            running.add(i, Flat(*pack(arrays)), weight)
+        else:
+            running.skip(i)
+
+    # Assert: the float64 sums kept (times the weight they are kept divided by), then the mean, to the bit
+    kept = [i for i, w in enumerate(weights) if w]
+    sums = _sums_by_the_book([lists[i] for i in kept], [weights[i] for i in kept])
+    held = [flat * (running._scale or 1.0) for flat in running._acc]  # type: ignore[union-attr]
+    assert [h.tobytes() for h in held] == [np.concatenate([s.ravel() for s in sums]).tobytes()]
+    for got, ref in zip(running.result(), sums, strict=True):
+        want = (ref / sum(weights)).astype(dtype)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 def test_a_running_mean_of_flat_lists_stays_flat() -> None:

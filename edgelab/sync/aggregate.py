@@ -7,6 +7,7 @@ element-wise arithmetic, so the same bits, with one numpy call per buffer.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,8 @@ class RunningMean:
         self._term: list[np.ndarray] = []
         self._dtypes: list[np.dtype] = []
         self._layout: Any = None  # a Flat's layout, worked on buffer by buffer; None: layer by layer
+        # While every weight so far is this same power of two, the sums are kept divided by it (``_fold``).
+        self._scale: float | None = None
 
     def add(self, index: int, arrays: NDArrays, weight: float) -> None:
         """Hand over list ``index`` (0 <= index < n) and its weight."""
@@ -90,6 +93,10 @@ class RunningMean:
                 self._fold(*ready)
 
     def _fold(self, arrays: NDArrays, weight: float) -> None:
+        # Equal weights that are a power of two (a batch of 64 on every device) are summed without them:
+        # scaling by a power of two is exact and commutes with every rounding of the sum and of the final
+        # division (no float64 overflow or underflow from float32 parts), so ``w * sum(l_i)`` is
+        # ``sum(w * l_i)`` to the bit, at one pass over the sums a list instead of two.
         self._total += weight
         self.folded += 1
         if self._acc is None:  # the first: ``(0 + w0 * l0)``, as sum() starts from 0 (-0.0 becomes 0.0)
@@ -98,13 +105,25 @@ class RunningMean:
             self._dtypes = [part.dtype for part in parts]
             self._acc = self._buffers([part.shape for part in parts])
             self._term = self._buffers([part.shape for part in parts])
+            self._scale = weight if _power_of_two(weight) and _narrow(parts) else None
             for acc, part in zip(self._acc, parts, strict=True):
-                np.multiply(part, weight, out=acc, dtype=np.float64)  # the part cast up, then scaled
-                acc += 0.0
+                if self._scale is not None:
+                    np.add(part, 0.0, out=acc, dtype=np.float64)  # the part cast up, plus 0
+                else:
+                    np.multiply(part, weight, out=acc, dtype=np.float64)  # the part cast up, then scaled
+                    acc += 0.0
             return
         parts = self._parts(arrays)
         if len(parts) != len(self._acc) or any(p.shape != a.shape for p, a in zip(parts, self._acc, strict=True)):
             raise ValueError("the lists of arrays do not have the same layers")
+        if self._scale is not None and (weight != self._scale or not _narrow(parts)):
+            for acc in self._acc:
+                acc *= self._scale  # the true sums, exactly: from here on each list is scaled as it comes
+            self._scale = None
+        if self._scale is not None:
+            for acc, part in zip(self._acc, parts, strict=True):
+                np.add(acc, part, out=acc)
+            return
         # In two buffers, in place, two passes (cast and scale in one): a temporary array per
         # operation (the plain expression) cost three times as long for two LeNet-MLP deltas.
         for acc, term, part in zip(self._acc, self._term, parts, strict=True):
@@ -146,11 +165,22 @@ class RunningMean:
         total = float(self._total)
         if self._acc is None or total <= 0:
             raise ValueError(f"weights must sum to > 0, got {self._total!r}")
+        # Sums kept divided by the common weight: divided by the count, the very quotient of the true sums by the total.
+        divisor = total / self._scale if self._scale is not None else total
         means = tuple(
-            np.divide(acc, total, out=np.empty(acc.shape, dtype), casting="unsafe")  # as astype()
+            np.divide(acc, divisor, out=np.empty(acc.shape, dtype), casting="unsafe")  # as astype()
             for acc, dtype in zip(self._acc, self._dtypes, strict=True)
         )
         return Flat(self._layout, means) if self._layout is not None else list(means)
+
+
+def _power_of_two(weight: float) -> bool:
+    return bool(weight > 0) and math.isfinite(weight) and math.frexp(weight)[0] == 0.5
+
+
+def _narrow(parts: NDArrays) -> bool:
+    """Whether each part is at most 32 bits an element: scaled by any weight, it stays far inside float64's range."""
+    return all(part.dtype.itemsize <= 4 for part in parts)
 
 
 def apply_delta(weights: NDArrays, delta: NDArrays, *, scale: float = 1.0) -> NDArrays:
