@@ -346,7 +346,7 @@ class Channels:
         new = key not in plans  # a few plans at most: compared with ==, element by element, often by identity
         if new:
             plans.append(key)
-        plan = plans.index(key)
+        plan = len(plans) - 1 if new else plans.index(key)
         task, weights = args
         return frame(ROUND_CALL, *round_wire.encode_call(plan, new, task, weights)), (task, weights.flat()[0])
 

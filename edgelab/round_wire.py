@@ -107,7 +107,7 @@ def encode_call(plan: int, new: bool, task: Any, weights: Packed) -> tuple[bytes
     head = _CALL.pack(plan, new, *(getattr(task, name) for name in PER_ROUND))
     if new:
         head += pickle.dumps((task, layout), protocol=5)
-    return head, [memoryview(np.ascontiguousarray(f)).cast("B") for f in flats]
+    return head, _raw(flats)
 
 
 def decode_reply(data: bytes, buffers: list[np.ndarray], task: Any, layout: Layout) -> dict[str, Any]:
@@ -147,11 +147,16 @@ def encode_reply(reply: dict[str, Any], layout: Layout) -> tuple[bytes, list[mem
     if delta_layout != layout:
         return None
     peak = rec["peak_working_set_bytes"]
-    name = str(rec["device"]).encode()
+    device = str(rec["device"]).encode()
     monitor = pickle.dumps(rec["monitor"], protocol=5) if rec["monitor"] else b""
     numbers = [rec[name] for name in MEASURED[:-1]]
-    head = _REPLY.pack(*numbers, 0 if peak is None else peak, peak is not None, len(name), len(monitor))
-    return head + name + monitor, [memoryview(np.ascontiguousarray(f)).cast("B") for f in flats]
+    head = _REPLY.pack(*numbers, 0 if peak is None else peak, peak is not None, len(device), len(monitor))
+    return head + device + monitor, _raw(flats)
+
+
+def _raw(flats: tuple[np.ndarray, ...]) -> list[memoryview]:
+    """Flat buffers as the bytes a message sends, uncopied."""
+    return [memoryview(np.ascontiguousarray(f)).cast("B") for f in flats]
 
 
 def _flat(layout: Layout, buffers: list[np.ndarray]) -> Flat:
