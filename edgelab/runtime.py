@@ -308,11 +308,8 @@ class DeviceRuntime(WorkerPlugin):
             self.initial.clear()
             user = spec.name.digest if isinstance(spec.name, UserModel) else None
             model = build_model(spec, self.user_models.get(user) if user else None)
-            # Trace the train step now, so no round pays for tracing in its CPU time.
             initial = model.get_weights()
-            shape = (1, *model.input_shape[1:])
-            model.train_on_batch(np.zeros(shape, np.float32), np.zeros((1, *model.output_shape[1:-1]), np.int64))
-            model.set_weights(initial)
+            model.optimizer.build(model.trainable_variables)
             self.models[spec] = model
             self.initial[spec] = initial
         return self.models[spec]
@@ -387,9 +384,8 @@ def load_shard(
 
 def _warm(model: Any, shard: _Shard, batch_size: int, steps: int) -> None:
     # Run a round's own code on real batches, so whatever its first call costs (tracing,
-    # eager kernels of the gather, set/get_weights) is paid here. After the build's
-    # one-sample trace, a second batch size makes Keras retrace for any batch size
-    # (reduce_retracing), which covers an epoch's short last batch too.
+    # eager kernels of the gather, set/get_weights) is paid here. Both compiled steps take
+    # any number and size of batches (an epoch's short last one too), so one trace serves all.
     steps = min(steps, 2)
     order = np.arange(min(len(shard), steps * batch_size))
     for _ in range(2):
@@ -513,35 +509,40 @@ def _train_steps(
     # Many batches per round: Keras' own train step, batch after batch in one compiled loop, as
     # fit() runs an epoch (the same steps, bit for bit, tested), the batches gathered in numpy.
     model.reset_metrics()
-    loop = _loop_step(model)
     for start in range(0, len(order), LOOP_BATCHES * batch_size):
         chunk = order[start : start + LOOP_BATCHES * batch_size]
         full = len(chunk) // batch_size * batch_size
         if full:
-            loop(*shard.take_batches(chunk[:full].reshape(-1, batch_size)))
+            xs, ys = shard.take_batches(chunk[:full].reshape(-1, batch_size))
+            _loop_step(model, xs, ys)(xs, ys)
         if full < len(chunk):  # the epoch's last batch may be short: a call of its own
-            loop(*shard.take_batches(chunk[full:][None]))
+            xs, ys = shard.take_batches(chunk[full:][None])
+            _loop_step(model, xs, ys)(xs, ys)
     loss = float(model.get_metrics_result()["loss"])  # the mean over the round's batches, as fit's history reports
     return Packed([after - before for after, before in zip(get_weights(model), weights, strict=True)]), loss
 
 
 #: Batches a round of many gathers and trains per compiled call (a LeNet-MLP's 32 batches of 64: 6.4 MB).
 LOOP_BATCHES = 32
-_loops: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_loops: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 
 
-def _loop_step(model: Any) -> Any:
-    """``model.train_step`` on each of a stack of batches ``(xs, ys)`` in turn, in one compiled while loop.
+def _loop_step(model: Any, xs: np.ndarray, ys: np.ndarray) -> Any:
+    """``model.train_step`` on each of a stack of batches like ``(xs, ys)`` in turn, in one compiled while loop.
 
     Keras' fit() runs its step in a while loop too (one per batch of its
     iterator); a tf.data iterator cost 17 ms to make, every round, and each
     call of fit's function another 2 ms in Python: a round of 4 LeNet-MLP
-    batches took 34 ms against 7 ms for 4 rounds of one batch.
+    batches took 34 ms against 7 ms for 4 rounds of one batch. Traced once for
+    any number and size of batches: left to retrace on new shapes, it did so in
+    a run's first round, whose measured CPU time it multiplied by 20 (LeNet-MLP).
     """
-    if model not in _loops:
+    key = (xs.shape[2:], xs.dtype.str, ys.shape[2:], ys.dtype.str)
+    loops = _loops.setdefault(model, {})
+    if key not in loops:
         import tensorflow as tf
 
-        @tf.function(autograph=False, reduce_retracing=True)
+        @tf.function(autograph=False)
         def loop(xs: Any, ys: Any) -> None:
             def body(i: Any) -> tuple[Any]:
                 model.train_step((xs[i], ys[i]))
@@ -549,8 +550,10 @@ def _loop_step(model: Any) -> Any:
 
             tf.while_loop(lambda i: i < tf.shape(xs)[0], body, (tf.constant(0),))
 
-        _loops[model] = loop
-    return _loops[model]
+        loops[key] = loop.get_concrete_function(
+            tf.TensorSpec([None, None, *xs.shape[2:]], xs.dtype), tf.TensorSpec([None, None, *ys.shape[2:]], ys.dtype)
+        )
+    return loops[key]
 
 
 def holds_shard(run_id: str, dask_worker: Any = None) -> bool:
