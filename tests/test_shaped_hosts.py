@@ -406,6 +406,7 @@ def _through_wire(
         os.system(f"ip link del {PREFIX}q0; ip link del {PREFIX}q2")
     # A stray that came before the relay's socket was open was seen here but never drawn for.
     drawn = sum(int(count) for count in re.findall(r"'A>B': (\d+)", log.splitlines()[-1]))
+    assert len(order) >= drawn, f"the second reader saw {len(order)} frames, the relay drew for {drawn}"
     early = order[: len(order) - drawn]
     assert all(index is None for index in early), f"the relay missed frames of the test: {early}"
     return {i: t - sent[i] for i, t in arrived.items()}, order[len(early) :], log
