@@ -77,3 +77,19 @@ def test_async_facts_count_the_updates_each_method_applies(cifar10_dir: Path) ->
 def test_resnet_runs_most_devices_first(cifar10_dir: Path) -> None:
     plan = park2020_resnet.prepare(data_dir=str(cifar10_dir), depths=[32], batch_sizes=[32], device_counts=[1, 4, 2])
     assert [r.devices for r in plan.runs if r.epochs == 1] == [4, 2, 1]
+
+
+def test_resnet_table4_runs_right_after_the_runs_of_its_model(cifar10_dir: Path) -> None:
+    # The devices hold one model at a time: Table 4's ResNet-32 run, put after the deeper models, built it again.
+    plan = park2020_resnet.prepare(
+        data_dir=str(cifar10_dir), depths=[56, 32, 44], batch_sizes=[64, 32], device_counts=[1, 2], table4_devices=3
+    )
+    models = [(r.depth, r.batch_size, r.devices, r.epochs) for r in plan.runs]
+    assert models[:8] == [(56, 64, 2, 1), (56, 64, 1, 1), (56, 32, 2, 1), (56, 32, 1, 1)] + [
+        (32, 64, 2, 1),
+        (32, 64, 1, 1),
+        (32, 32, 2, 1),
+        (32, 32, 1, 1),
+    ]
+    assert models[8] == (32, 32, 3, plan.params.table4_epochs)  # the smallest depth and batch, its model still held
+    assert models[9:] == [(44, 64, 2, 1), (44, 64, 1, 1), (44, 32, 2, 1), (44, 32, 1, 1)]
