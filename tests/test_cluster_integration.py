@@ -356,11 +356,12 @@ def test_round_zero_costs_what_later_rounds_cost(
     run = train(cluster, dataset, cfg, monitor_interval_s=0.05)
 
     # Assert: the model was warmed on a real batch when its shard arrived, so round 0 pays
-    # no tracing (before: 20-35x a later round under "batch", 20x under "epoch"); CPU time
-    # of one round is noisy at ~ms
+    # no tracing. A trace costs this device 0.23-0.62 s of CPU (measured with the warm-up or the
+    # loop's one trace left out), a round 2-10 ms; a round's CPU counts every thread of the
+    # worker, and on CI's loaded host round 0 once took 17 ms against a 2 ms median.
     per_round = run.records.groupby("round")["cpu_s"].max()
     assert len(per_round) == (8 if sync_every == "batch" else epochs)
-    assert per_round.iloc[0] < 3.0 * per_round.iloc[1:].median(), per_round.tolist()
+    assert per_round.iloc[0] < per_round.iloc[1:].median() + 0.1, per_round.tolist()
     assert (run.shards["warm_cpu_s"] > 0).all()
 
 
