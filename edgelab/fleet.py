@@ -381,7 +381,11 @@ class Fleet:
                 else:
                     wait(pending, timeout=POLL_S, return_when=when)
                 return
-            except TimeoutError:
+            except TimeoutError as exc:
+                # Dask's sync() keeps the error it raises in a cell its own frame holds: the traceback closes
+                # a cycle through this frame, whose futures (a run's shards on the devices) then lived until
+                # the next full garbage collection. Dropping the traceback frees them as soon as they are done.
+                exc.__traceback__ = None
                 lost = self.lost()
                 if lost:
                     raise _DeviceLost(lost) from None

@@ -6,6 +6,7 @@ test that needs one. Run only these with ``pytest -m integration``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -291,6 +292,24 @@ def test_back_to_back_runs_scatter_fresh_keys(
     # Assert: no key of the first run is scattered again by the second
     assert keys[0] and keys[1]
     assert keys[0].isdisjoint(keys[1])
+
+
+def test_a_finished_run_leaves_nothing_on_the_scheduler_without_waiting_for_the_garbage_collector(
+    cluster: DeviceCluster, dataset: Dataset
+) -> None:
+    # A run's futures (its shards on the devices) must go when it ends, not at the next full collection:
+    # a sweep of runs would otherwise hold every earlier run's data on the devices.
+    gc.collect()  # what earlier tests left
+    _settle(cluster)
+    gc.disable()
+    try:
+        # Execute
+        train(cluster, dataset, CFG)
+
+        # Assert
+        _settle(cluster, timeout_s=10.0)
+    finally:
+        gc.enable()
 
 
 def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
