@@ -15,6 +15,7 @@ Environment:
   EDGELAB_VENV      virtualenv to create/use (default: .venv in the repo root)
   EDGELAB_DATA_DIR  offline datasets (default: ../shared/data when it exists)
   EDGELAB_TEST_WORKERS  processes the tests run on (default 2; 0: in the pytest process itself)
+  EDGELAB_DEVICE_SCHEDULING  batch (default) or normal: how the embedded devices share the cores
   KERAS_HOME, TF_CPP_MIN_LOG_LEVEL, MPLBACKEND are given defaults when unset.
 EOF
 }

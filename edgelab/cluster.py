@@ -57,7 +57,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import get_mp_context
 
-from edgelab import cluster_log, runtime
+from edgelab import cluster_log, device_scheduling, runtime
 from edgelab.devices import DeviceProfile, get_profile
 from edgelab.errors import ClusterError, ConfigError
 
@@ -305,7 +305,7 @@ def start_workers(
     """
     from edgelab.paths import cache_dir
 
-    env = _worker_env(str(cache_dir() / "keras"))
+    env = {**_worker_env(str(cache_dir() / "keras")), device_scheduling.ENV: device_scheduling.chosen()}
     _use_start_method(start_method, env)
     log = cluster_log.log_path()
     cluster_log.to_file(log)  # the scheduler's and the nannies' records: they run in this process
@@ -346,6 +346,7 @@ def start_workers(
         "memory_limit": worker_memory_limit,
         "threads_per_worker": 1,
         "start_method": start_method,
+        "device_scheduling": ",".join(sorted(set(client.run(device_scheduling.current).values()))),
         "dask_log": str(log),
         MALLOC_TRIM: trim,
         ONEDNN: workers_environ(client, ONEDNN),

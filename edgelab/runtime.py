@@ -33,7 +33,7 @@ import numpy as np
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
-from edgelab import process_memory, round_wire
+from edgelab import device_scheduling, process_memory, round_wire
 from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
@@ -155,6 +155,9 @@ class DeviceRuntime(WorkerPlugin):
 
         self.device = worker.name
         self.baseline_rss = process_memory.rss_bytes()
+        # Set by the embedded cluster only: an attached cluster's workers keep their owner's scheduling.
+        if device_scheduling.ENV in os.environ:
+            device_scheduling.apply(os.environ[device_scheduling.ENV])
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
         worker.handlers[PEER_OP] = self._peer

@@ -129,6 +129,35 @@ def test_workers_never_pause_for_memory(cluster: DeviceCluster) -> None:
     assert all(0 < t <= 1 for t in terminate.values())
 
 
+def _thread_policies() -> dict[str, str]:
+    """Each thread of this worker process: its name and whether it runs under SCHED_BATCH."""
+    from pathlib import Path
+
+    policies = {}
+    for task in Path("/proc/self/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        batch = os.sched_getscheduler(int(task.name)) == os.SCHED_BATCH
+        policies[f"{name}/{task.name}"] = "batch" if batch else "normal"
+    return policies
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_every_thread_of_a_device_runs_under_sched_batch_and_the_cluster_records_it(
+    cluster: DeviceCluster, runs: list[TrainRun]
+) -> None:
+    # A device woken by its weights must not preempt the client mid-round (edgelab.device_scheduling).
+    # Execute: after training, so TensorFlow's threads exist (started once the runtime was set up)
+    policies = cluster.client.run(_thread_policies)
+
+    # Assert: every thread of both workers, those started after the runtime's set-up too, and nothing here
+    assert len(policies) == 2
+    for threads in policies.values():
+        assert any(name.startswith("tf_") for name in threads)
+        assert set(threads.values()) == {"batch"}, threads
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH
+    assert cluster.info["device_scheduling"] == "batch"
+
+
 def test_workers_sample_their_profile_every_100_ms_not_every_10(cluster: DeviceCluster) -> None:
     # Dask's profiler callback walks the task threads' stacks on the worker's event loop, holding
     # the GIL: every 10 ms (its default) it stalled rounds of 2-5 ms.
@@ -359,6 +388,9 @@ def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
     assert len(run.records) == len(runs[0].records)
     assert run.weights_sha256 == runs[0].weights_sha256
     assert run.evaluations["loss"].tolist() == runs[0].evaluations["loss"].tolist()
+    # the restarted worker shares the host's cores as its predecessor did
+    if hasattr(os, "SCHED_BATCH"):
+        assert all(set(t.values()) == {"batch"} for t in cluster.client.run(_thread_policies).values())
 
 
 @pytest.mark.parametrize(("sync_every", "epochs", "seed"), [("batch", 1, 7), ("epoch", 4, 8)])

@@ -10,7 +10,9 @@ them into the same buffer every round, trains one batch and sends back two
 timings and its delta; the client receives each delta into a buffer of its
 own, sums them into a float64 running mean as they arrive (the parameter
 server's arithmetic, in preallocated buffers) and adds the mean to the
-weights in place. No records, no memory readings, no recovery, no checks.
+weights in place. No records, no memory readings, no recovery, no checks. The
+devices share the host's cores under the policy edgelab's devices use
+(``edgelab.device_scheduling``), so that the two differ in their plumbing alone.
 
 Overhead = round wall minus compute, with compute as part A defines it (the
 slowest device's step wall, or the devices' step CPU over the host's cores
@@ -52,10 +54,11 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     """A device: connect to the client, then train one batch per weights received until it closes."""
     os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from edgelab import runtime
+    from edgelab import device_scheduling, runtime
     from edgelab.models import ModelSpec
     from edgelab.wire import Flat, aligned_empty, pack
 
+    device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
     model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
     shard = runtime._Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
