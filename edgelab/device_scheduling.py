@@ -6,7 +6,7 @@ Linux's default scheduling lets a thread that wakes up preempt the one
 running: a device woken by the first bytes of its weights took the core from
 the client, which then sat runnable, unable to send the next device its
 weights, until the woken device had trained its batch. On this 2-core host a
-tenth of a two-device LeNet-MLP round's sends took 0.8-1 ms instead of 0.1 ms.
+tenth of a two-device LeNet-MLP round's sends took 0.8-1.4 ms instead of 0.1 ms.
 
 ``"batch"`` (the default) runs every thread of a device worker under
 ``SCHED_BATCH``: the same share of CPU as before, but a device that wakes
