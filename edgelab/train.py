@@ -46,7 +46,7 @@ from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.gossip import GossipRing, build_topology
 from edgelab.models import ModelSpec
-from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
+from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy, fused
 from edgelab.sync.aggregate import RunningMean
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
 from edgelab.sync.local_sgd import SyncPeriod
@@ -211,6 +211,8 @@ def train(
         handed_over = cfg.model.payload
     devices = cluster.devices[: cfg.n_devices]
     spec = cfg.spec
+    if not peer_to_peer and compressor is None:
+        fused.warm_in_background()  # the one-pass round end, loaded while the devices load their data
     t_start = time.perf_counter()
 
     # The master splits the data; each device gets its part when it is prepared.
@@ -348,8 +350,7 @@ def train(
                     fleet.point("aggregate", rnd)
                     t_agg = time.perf_counter()
                     if running is not None:
-                        mean = running.result() if running.folded else None
-                        weights = strategy.aggregate_mean(weights, mean) or weights
+                        weights = strategy.aggregate_running(weights, running) or weights
                     else:
                         updates = [
                             DeviceUpdate(r["device"], _decoded(delta, compressor), r["samples"]) for delta, r in results

@@ -328,6 +328,20 @@ def test_a_running_mean_in_any_order_is_the_weighted_mean_bit_for_bit(seed: int)
         np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
 
 
+def _hard_lists(dtype: type, n: int = 5) -> list[list[np.ndarray]]:
+    """Lists of two arrays with negative zeros, subnormals, values near float32's largest and cancellations."""
+    rng = np.random.default_rng(11)
+    lists = []
+    for i in range(n):
+        flat = (rng.standard_normal(4000) * 10.0 ** rng.integers(-30, 30, 4000)).astype(dtype)
+        flat[:50] = -0.0
+        flat[50:60] = np.asarray(1e-45 if dtype == np.float32 else 5e-324, dtype) * (i + 1)
+        flat[60:70] = np.finfo(np.float32).max / 4 * (-1) ** i
+        lists.append([flat[:1000].reshape(50, 20), flat[1000:]])
+    lists[3 % n][0][0, :5] = -lists[2 % n][0][0, :5]  # the partial sums of these cancel to zero
+    return lists
+
+
 def _sums_by_the_book(lists: list[list[np.ndarray]], weights: list[float]) -> list[np.ndarray]:
     """A weighted mean's sums as its definition reads: float64 terms summed in order from 0."""
     sums: list[Any] = [0.0] * len(lists[0])
@@ -349,15 +363,7 @@ def test_a_running_mean_of_equal_powers_of_two_is_the_mean_by_the_book_bit_for_b
     from edgelab.wire import Flat, pack
 
     # Prepare: negative zeros everywhere, subnormals, values near float32's largest, cancellations
-    rng = np.random.default_rng(11)
-    lists = []
-    for i in range(5):
-        flat = (rng.standard_normal(4000) * 10.0 ** rng.integers(-30, 30, 4000)).astype(dtype)
-        flat[:50] = -0.0
-        flat[50:60] = np.asarray(1e-45 if dtype == np.float32 else 5e-324, dtype) * (i + 1)
-        flat[60:70] = np.finfo(np.float32).max / 4 * (-1) ** i
-        lists.append([flat[:1000].reshape(50, 20), flat[1000:]])
-    lists[3][0][0, :5] = -lists[2][0][0, :5]  # the partial sums of these cancel to zero
+    lists = _hard_lists(dtype)
 
     # Execute: in order, flat lists, the empty one skipped
     running = RunningMean(5)
@@ -370,12 +376,90 @@ def test_a_running_mean_of_equal_powers_of_two_is_the_mean_by_the_book_bit_for_b
     # Assert: the float64 sums kept (times the weight they are kept divided by), then the mean, to the bit
     kept = [i for i, w in enumerate(weights) if w]
     sums = _sums_by_the_book([lists[i] for i in kept], [weights[i] for i in kept])
+    mean = running.result()
     held = [flat * (running._scale or 1.0) for flat in running._acc]  # type: ignore[union-attr]
     assert [h.tobytes() for h in held] == [np.concatenate([s.ravel() for s in sums]).tobytes()]
-    for got, ref in zip(running.result(), sums, strict=True):
+    for got, ref in zip(mean, sums, strict=True):
         want = (ref / sum(weights)).astype(dtype)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [[64] * 5, [0.5] * 5, [64, 64, 64, 64, 32], [64, 64, 64, 64, 0], [6] * 5, [64], [64, 64]],
+    ids=["power-of-two", "a-half", "last-differs", "last-empty", "not-a-power", "one", "two"],
+)
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.1])
+@pytest.mark.parametrize("fused", [True, False], ids=["one-pass", "numpy"])
+def test_the_step_from_a_running_mean_is_the_mean_applied_bit_for_bit(
+    weights: list[float], scale: float, fused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgelab.sync import fused as one_pass
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    # Prepare: hard deltas, weights with the same hard values; numba taken away for the numpy case
+    if fused:
+        one_pass.warm()
+    else:
+        monkeypatch.setattr(one_pass, "available", lambda: False)
+    lists = _hard_lists(np.float32, len(weights))
+    model = Flat(*pack([a[::-1].copy() for a in _hard_lists(np.float32, 1)[0]]))
+    by_book, running = RunningMean(len(weights)), RunningMean(len(weights))
+    for i, (arrays, weight) in enumerate(zip(lists, weights, strict=True)):
+        for r in (by_book, running):
+            if weight:
+                r.add(i, Flat(*pack(arrays)), weight)
+            else:
+                r.skip(i)
+    if fused:
+        assert running._fusable(model) == (len(weights) > 1 and weights[-1] > 0)
+
+    # Execute
+    stepped = running.added_to(model, scale=scale)
+
+    # Assert: the mean applied by the numpy passes, to the bit, as flat as it came
+    want = apply_delta(model, by_book.result(), scale=scale)
+    assert isinstance(stepped, Flat) and stepped.layout == model.layout
+    for got, ref in zip(stepped.flats, want.flats, strict=True):
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    np.testing.assert_array_equal(running.result().flats[0].view(np.uint32), by_book.result().flats[0].view(np.uint32))
+
+
+def test_the_step_from_a_running_mean_of_other_forms_takes_the_numpy_passes() -> None:
+    from edgelab.sync.aggregate import RunningMean
+    from edgelab.wire import Flat, pack
+
+    # Prepare: float64 deltas, and float32 lists the weights are not flat alike with
+    cases = []
+    for dtype, flat_model in ((np.float64, True), (np.float32, False)):
+        lists = _hard_lists(dtype, 3)
+        model = [a * 0.5 for a in lists[0]]
+        cases.append((lists, Flat(*pack(model)) if flat_model else model))
+
+    for lists, model in cases:
+        running, by_book = RunningMean(3), RunningMean(3)
+        for i, arrays in enumerate(lists):
+            running.add(i, Flat(*pack(arrays)), 64)
+            by_book.add(i, Flat(*pack(arrays)), 64)
+
+        # Execute, Assert: not fusable, yet the same bits as the mean applied
+        assert not running._fusable(model)
+        stepped = running.added_to(model, scale=0.5)
+        for got, ref in zip(stepped, apply_delta(model, by_book.result(), scale=0.5), strict=True):
+            np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+def test_the_one_pass_round_end_names_arrays_it_cannot_take() -> None:
+    from edgelab.sync import fused
+
+    acc, part, weights = np.zeros(4), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="part must be a 1-D float32 array of 4 elements"):
+        fused.fold_mean_step(acc, part.astype(np.float64), 1.0, 2.0, weights, 1.0)
+    with pytest.raises(ValueError, match="weights must be a 1-D float32 array of 4 elements"):
+        fused.fold_mean_step(acc, part, 1.0, 2.0, weights[:3], 1.0)
 
 
 def test_a_running_mean_of_flat_lists_stays_flat() -> None:
@@ -462,7 +546,7 @@ def test_the_server_gives_the_same_weights_from_a_running_mean_as_from_the_updat
                 running.add(i, updates[i].delta, updates[i].samples)
             else:
                 running.skip(i)
-        w_streamed = streamed.aggregate_mean(w_streamed, running.result())
+        w_streamed = streamed.aggregate_running(w_streamed, running)
 
         # Assert: the same weights, to the bit, every round
         for got, ref in zip(w_streamed, w_whole, strict=True):

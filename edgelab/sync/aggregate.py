@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.sync import fused
 from edgelab.wire import Flat, flat_form
 
 NDArrays = list[np.ndarray]
@@ -71,6 +72,7 @@ class RunningMean:
         self._layout: Any = None  # a Flat's layout, worked on buffer by buffer; None: layer by layer
         # While every weight so far is this same power of two, the sums are kept divided by it (``_fold``).
         self._scale: float | None = None
+        self._last: tuple[NDArrays, float] | None = None  # the last list, not summed in yet (``_hand_over``)
 
     def add(self, index: int, arrays: NDArrays, weight: float) -> None:
         """Hand over list ``index`` (0 <= index < n) and its weight."""
@@ -89,16 +91,26 @@ class RunningMean:
         while self._next in self._waiting:
             ready = self._waiting.pop(self._next)
             self._next += 1
-            if ready is not None:
+            if ready is None:
+                continue
+            if self._next == self.n and self._acc is not None:
+                # The last list: checked now, kept until the result is asked for, which may fold it in
+                # with the step (``added_to``).
+                self._checked_parts(*ready)
+                self._last = ready
+                self._total += ready[1]
+                self.folded += 1
+            else:
                 self._fold(*ready)
 
-    def _fold(self, arrays: NDArrays, weight: float) -> None:
+    def _fold(self, arrays: NDArrays, weight: float, *, counted: bool = False) -> None:
         # Equal weights that are a power of two (a batch of 64 on every device) are summed without them:
         # scaling by a power of two is exact and commutes with every rounding of the sum and of the final
         # division (no float64 overflow or underflow from float32 parts), so ``w * sum(l_i)`` is
         # ``sum(w * l_i)`` to the bit, at one pass over the sums a list instead of two.
-        self._total += weight
-        self.folded += 1
+        if not counted:
+            self._total += weight
+            self.folded += 1
         if self._acc is None:  # the first: ``(0 + w0 * l0)``, as sum() starts from 0 (-0.0 becomes 0.0)
             self._layout = arrays.layout if isinstance(arrays, Flat) else None
             parts = arrays.flats if isinstance(arrays, Flat) else list(arrays)
@@ -113,13 +125,7 @@ class RunningMean:
                     np.multiply(part, weight, out=acc, dtype=np.float64)  # the part cast up, then scaled
                     acc += 0.0
             return
-        parts = self._parts(arrays)
-        if len(parts) != len(self._acc) or any(p.shape != a.shape for p, a in zip(parts, self._acc, strict=True)):
-            raise ValueError("the lists of arrays do not have the same layers")
-        if self._scale is not None and (weight != self._scale or not _narrow(parts)):
-            for acc in self._acc:
-                acc *= self._scale  # the true sums, exactly: from here on each list is scaled as it comes
-            self._scale = None
+        parts = self._checked_parts(arrays, weight)
         if self._scale is not None:
             for acc, part in zip(self._acc, parts, strict=True):
                 np.add(acc, part, out=acc)
@@ -129,6 +135,22 @@ class RunningMean:
         for acc, term, part in zip(self._acc, self._term, parts, strict=True):
             np.multiply(part, weight, out=term, dtype=np.float64)
             acc += term
+
+    def _checked_parts(self, arrays: NDArrays, weight: float) -> NDArrays:
+        """A list's parts as the sums are kept, checked; the sums made true ones if it breaks their scale."""
+        parts = self._parts(arrays)
+        if len(parts) != len(self._acc) or any(p.shape != a.shape for p, a in zip(parts, self._acc, strict=True)):
+            raise ValueError("the lists of arrays do not have the same layers")
+        if self._scale is not None and (weight != self._scale or not _narrow(parts)):
+            for acc in self._acc:
+                acc *= self._scale  # the true sums, exactly: from here on each list is scaled as it comes
+            self._scale = None
+        return parts
+
+    def _fold_last(self) -> None:
+        if self._last is not None:
+            last, self._last = self._last, None
+            self._fold(*last, counted=True)
 
     def _buffers(self, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         """float64 arrays of ``shapes``: spare ones where they fit, else new."""
@@ -141,7 +163,7 @@ class RunningMean:
         """The sums' buffers, for another running mean; this one can give no result from then on."""
         self._gave_up = True
         buffers = [b for b in (self._acc, self._term) if b]
-        self._acc, self._term = None, []
+        self._acc, self._term, self._last = None, [], None
         return buffers
 
     def _parts(self, arrays: NDArrays) -> NDArrays:
@@ -158,20 +180,58 @@ class RunningMean:
 
     def result(self) -> NDArrays:
         """The weighted mean, cast back to the first list's dtypes (a ``Flat`` if the lists were)."""
-        if self._gave_up:
-            raise ValueError("this running mean gave its sums to the next one: take its result before that")
-        if self._next < self.n:
-            raise ValueError(f"lists {sorted(set(range(self._next, self.n)) - set(self._waiting))} never came")
-        total = float(self._total)
-        if self._acc is None or total <= 0:
-            raise ValueError(f"weights must sum to > 0, got {self._total!r}")
-        # Sums kept divided by the common weight: divided by the count, the very quotient of the true sums by the total.
-        divisor = total / self._scale if self._scale is not None else total
+        self._check_complete()
+        self._fold_last()
+        divisor = self._divisor()
         means = tuple(
             np.divide(acc, divisor, out=np.empty(acc.shape, dtype), casting="unsafe")  # as astype()
             for acc, dtype in zip(self._acc, self._dtypes, strict=True)
         )
         return Flat(self._layout, means) if self._layout is not None else list(means)
+
+    def added_to(self, weights: NDArrays, *, scale: float = 1.0) -> NDArrays:
+        """``apply_delta(weights, self.result(), scale=scale)``, bit for bit; in one pass where it can.
+
+        Where every list and ``weights`` are float32 ``Flat`` buffers alike and
+        the last list is not summed in yet, the last fold, the mean and the
+        step are one compiled loop (``edgelab.sync.fused``): a round's end with
+        one pass over the model instead of three.
+        """
+        self._check_complete()
+        if self._last is None or not self._fusable(weights):
+            return apply_delta(weights, self.result(), scale=scale)
+        parts = self._checked_parts(*self._last)
+        weight = 1.0 if self._scale is not None else self._last[1]  # scaled sums take the list as it is
+        divisor = self._divisor()
+        steps = tuple(
+            fused.fold_mean_step(acc, part, weight, divisor, w, scale)
+            for acc, part, w in zip(self._acc, parts, weights.flats, strict=True)
+        )
+        return Flat(self._layout, steps)
+
+    def _fusable(self, weights: NDArrays) -> bool:
+        last = self._last[0] if self._last is not None else None
+        return (
+            fused.available()
+            and self._layout is not None
+            and isinstance(weights, Flat)
+            and isinstance(last, Flat)
+            and weights.layout == self._layout == last.layout
+            and all(dtype == np.float32 for dtype in self._dtypes)  # a dtype per flat buffer
+        )
+
+    def _check_complete(self) -> None:
+        if self._gave_up:
+            raise ValueError("this running mean gave its sums to the next one: take its result before that")
+        if self._next < self.n:
+            raise ValueError(f"lists {sorted(set(range(self._next, self.n)) - set(self._waiting))} never came")
+        if self._acc is None or float(self._total) <= 0:
+            raise ValueError(f"weights must sum to > 0, got {self._total!r}")
+
+    def _divisor(self) -> float:
+        # Sums kept divided by the common weight: divided by the count, the very quotient of the true sums by the total.
+        total = float(self._total)
+        return total / self._scale if self._scale is not None else total
 
 
 def _power_of_two(weight: float) -> bool:

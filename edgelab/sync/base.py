@@ -37,15 +37,15 @@ class Strategy(ABC):
         """Return the next global weights, or ``None`` if no update is usable."""
 
     def running_mean(self, n: int) -> RunningMean | None:
-        """A ``RunningMean`` to sum a round's ``n`` deltas into as they arrive, for ``aggregate_mean``; None: no such.
+        """A ``RunningMean`` to sum a round's ``n`` deltas into as they come, for ``aggregate_running``; None: no such.
 
         Only a strategy whose ``aggregate`` is the deltas' mean weighted by
         samples (updates with none left out) gives one.
         """
         return None
 
-    def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
-        """``aggregate`` from the mean of the deltas a ``running_mean`` summed (None: no update was usable)."""
+    def aggregate_running(self, weights: NDArrays, running: RunningMean) -> NDArrays | None:
+        """``aggregate`` from the deltas a ``running_mean`` summed (None: no update was usable)."""
         raise NotImplementedError(f"{type(self).__name__} takes whole rounds: its running_mean is None")
 
     @abstractmethod

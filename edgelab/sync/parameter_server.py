@@ -69,7 +69,7 @@ class ParameterServerSync(Strategy):
         """A ``RunningMean`` for a round's ``n`` deltas, taken as they arrive; None where this class changed the maths.
 
         Hand each device's delta over with its samples (``skip`` one with
-        none), then ``aggregate_mean`` with the result: the same weights as
+        none), then ``aggregate_running`` with it: the same weights as
         ``aggregate``, bit for bit. It sums in the buffers of the one asked
         for before, which is done with from then on.
         """
@@ -81,12 +81,13 @@ class ParameterServerSync(Strategy):
         self._running = RunningMean(n, recycle=self._running)
         return self._running
 
-    def aggregate_mean(self, weights: NDArrays, mean: NDArrays | None) -> NDArrays | None:
-        """``aggregate`` from the deltas' weighted mean (None: no device trained on anything)."""
-        step = None if mean is None else self._through_momentum(mean)
-        if step is None:
+    def aggregate_running(self, weights: NDArrays, running: RunningMean) -> NDArrays | None:
+        """``aggregate`` from the deltas ``running`` summed (None: no device trained on anything)."""
+        if not running.folded:
             return None
-        return apply_delta(weights, step, scale=self.server_learning_rate)
+        if not self.momentum:  # the mean is the step: taken and applied in one pass where it can be
+            return running.added_to(weights, scale=self.server_learning_rate)
+        return apply_delta(weights, self._through_momentum(running.result()), scale=self.server_learning_rate)
 
     def server_step(self, updates: list[DeviceUpdate]) -> NDArrays | None:
         """What the server adds to the weights (times ``server_learning_rate``): the mean delta, through momentum.
