@@ -72,7 +72,8 @@ class RunningMean:
         self._layout: Any = None  # a Flat's layout, worked on buffer by buffer; None: layer by layer
         # While every weight so far is this same power of two, the sums are kept divided by it (``_fold``).
         self._scale: float | None = None
-        self._last: tuple[NDArrays, float] | None = None  # the last list, not summed in yet (``_hand_over``)
+        self._layers: list[tuple[int, ...]] | None = None  # every list's layer shapes, as the first had them
+        self._pending: list[tuple[NDArrays, float]] = []  # the last two lists, not summed in yet (``_hand_over``)
 
     def add(self, index: int, arrays: NDArrays, weight: float) -> None:
         """Hand over list ``index`` (0 <= index < n) and its weight."""
@@ -93,24 +94,28 @@ class RunningMean:
             self._next += 1
             if ready is None:
                 continue
-            if self._next == self.n and self._acc is not None:
-                # The last list: checked now, kept until the result is asked for, which may fold it in
-                # with the step (``added_to``).
-                self._checked_parts(*ready)
-                self._last = ready
-                self._total += ready[1]
-                self.folded += 1
+            self._check_layers(ready[0])
+            self._total += ready[1]
+            self.folded += 1
+            if self._next > self.n - 2:
+                # One of the last two: kept until the result is asked for, which may sum them in with the
+                # step in one pass (``added_to``). The two replies of a 2-device round come together.
+                self._pending.append(ready)
             else:
                 self._fold(*ready)
 
-    def _fold(self, arrays: NDArrays, weight: float, *, counted: bool = False) -> None:
+    def _check_layers(self, arrays: NDArrays) -> None:
+        layers = [a.shape for a in arrays]
+        if self._layers is None:
+            self._layers = layers
+        elif layers != self._layers:
+            raise ValueError("the lists of arrays do not have the same layers")
+
+    def _fold(self, arrays: NDArrays, weight: float) -> None:
         # Equal weights that are a power of two (a batch of 64 on every device) are summed without them:
         # scaling by a power of two is exact and commutes with every rounding of the sum and of the final
         # division (no float64 overflow or underflow from float32 parts), so ``w * sum(l_i)`` is
         # ``sum(w * l_i)`` to the bit, at one pass over the sums a list instead of two.
-        if not counted:
-            self._total += weight
-            self.folded += 1
         if self._acc is None:  # the first: ``(0 + w0 * l0)``, as sum() starts from 0 (-0.0 becomes 0.0)
             self._layout = arrays.layout if isinstance(arrays, Flat) else None
             parts = arrays.flats if isinstance(arrays, Flat) else list(arrays)
@@ -147,10 +152,10 @@ class RunningMean:
             self._scale = None
         return parts
 
-    def _fold_last(self) -> None:
-        if self._last is not None:
-            last, self._last = self._last, None
-            self._fold(*last, counted=True)
+    def _fold_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for item in pending:
+            self._fold(*item)
 
     def _buffers(self, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         """float64 arrays of ``shapes``: spare ones where they fit, else new."""
@@ -163,7 +168,7 @@ class RunningMean:
         """The sums' buffers, for another running mean; this one can give no result from then on."""
         self._gave_up = True
         buffers = [b for b in (self._acc, self._term) if b]
-        self._acc, self._term, self._last = None, [], None
+        self._acc, self._term, self._pending = None, [], []
         return buffers
 
     def _parts(self, arrays: NDArrays) -> NDArrays:
@@ -181,8 +186,8 @@ class RunningMean:
     def result(self) -> NDArrays:
         """The weighted mean, cast back to the first list's dtypes (a ``Flat`` if the lists were)."""
         self._check_complete()
-        self._fold_last()
-        divisor = self._divisor()
+        self._fold_pending()
+        divisor = self._divisor(self._scale)
         means = tuple(
             np.divide(acc, divisor, out=np.empty(acc.shape, dtype), casting="unsafe")  # as astype()
             for acc, dtype in zip(self._acc, self._dtypes, strict=True)
@@ -192,46 +197,55 @@ class RunningMean:
     def added_to(self, weights: NDArrays, *, scale: float = 1.0) -> NDArrays:
         """``apply_delta(weights, self.result(), scale=scale)``, bit for bit; in one pass where it can.
 
-        Where every list and ``weights`` are float32 ``Flat`` buffers alike and
-        the last list is not summed in yet, the last fold, the mean and the
-        step are one compiled loop (``edgelab.sync.fused``): a round's end with
-        one pass over the model instead of three.
+        Where ``weights`` and the lists not yet summed in (the last two) are
+        float32 ``Flat`` buffers alike, summing them in, the mean and the step
+        are one compiled loop (``edgelab.sync.fused``): a round's end with one
+        pass over the model instead of four.
         """
         self._check_complete()
-        if self._last is None or not self._fusable(weights):
+        plan = self._one_pass(weights)
+        if plan is None:
             return apply_delta(weights, self.result(), scale=scale)
-        parts = self._checked_parts(*self._last)
-        weight = 1.0 if self._scale is not None else self._last[1]  # scaled sums take the list as it is
-        divisor = self._divisor()
+        part_weights, divisor = plan
+        parts = [arrays.flats for arrays, _ in self._pending]
+        accs = self._acc if self._acc is not None else [None] * len(weights.flats)
         steps = tuple(
-            fused.fold_mean_step(acc, part, weight, divisor, w, scale)
-            for acc, part, w in zip(self._acc, parts, weights.flats, strict=True)
+            fused.fold_mean_step(acc, [p[i] for p in parts], part_weights, divisor, w, scale)
+            for i, (acc, w) in enumerate(zip(accs, weights.flats, strict=True))
         )
-        return Flat(self._layout, steps)
+        return Flat(weights.layout, steps)
 
-    def _fusable(self, weights: NDArrays) -> bool:
-        last = self._last[0] if self._last is not None else None
-        return (
-            fused.available()
-            and self._layout is not None
-            and isinstance(weights, Flat)
-            and isinstance(last, Flat)
-            and weights.layout == self._layout == last.layout
-            and all(dtype == np.float32 for dtype in self._dtypes)  # a dtype per flat buffer
-        )
+    def _one_pass(self, weights: NDArrays) -> tuple[list[float], float] | None:
+        """The lists' weights and the divisor of a one-pass end as the numpy passes would round it; None: none here."""
+        if not self._pending or not fused.available() or not isinstance(weights, Flat):
+            return None
+        if any(not isinstance(a, Flat) or a.layout != weights.layout for a, _ in self._pending):
+            return None
+        if any(f.dtype != np.float32 for f in weights.flats):
+            return None
+        if self._acc is not None and self._layout != weights.layout:  # sums kept layer by layer
+            return None
+        part_weights = [weight for _, weight in self._pending]
+        # As ``_fold`` would: the sums kept divided by a common power of two while every weight is it.
+        common = part_weights[0] if self._acc is None and _power_of_two(part_weights[0]) else self._scale
+        if common is not None and any(w != common for w in part_weights):
+            if self._acc is not None:
+                return None  # the kept sums made true ones mid-way: left to the numpy passes (rare)
+            common = None  # ``(0 + l0) * w0`` is ``0 + l0 * w0``, to the bit: the true sums from the start
+        return ([1.0] * len(part_weights) if common is not None else part_weights), self._divisor(common)
 
     def _check_complete(self) -> None:
         if self._gave_up:
             raise ValueError("this running mean gave its sums to the next one: take its result before that")
         if self._next < self.n:
             raise ValueError(f"lists {sorted(set(range(self._next, self.n)) - set(self._waiting))} never came")
-        if self._acc is None or float(self._total) <= 0:
+        if not self.folded or float(self._total) <= 0:
             raise ValueError(f"weights must sum to > 0, got {self._total!r}")
 
-    def _divisor(self) -> float:
+    def _divisor(self, common: float | None) -> float:
         # Sums kept divided by the common weight: divided by the count, the very quotient of the true sums by the total.
         total = float(self._total)
-        return total / self._scale if self._scale is not None else total
+        return total / common if common is not None else total
 
 
 def _power_of_two(weight: float) -> bool:

@@ -1,13 +1,14 @@
-"""A parameter server's round end in one pass: the last delta summed in, the mean taken, the step applied.
+"""A parameter server's round end in one pass: the last deltas summed in, the mean taken, the step applied.
 
-``RunningMean`` and ``apply_delta`` end a synchronous round in three numpy
-passes over the model: the last device's delta added into the float64 sums,
+``RunningMean`` and ``apply_delta`` end a synchronous round in numpy passes
+over the model: each of the last devices' deltas added into the float64 sums,
 the sums divided into the mean (cast to float32), the mean added to the
-weights. Each pass is bound by memory, not arithmetic, and the three stand
-between the last reply and the next round's weights. One compiled loop does
-the three for each element in turn, with the same float operations in the same
-order, so the same bits: 0.09 ms against 0.38 ms for a LeNet-MLP's 109,386
-weights on this 2-core host (``benchmarks/bench_sync.py``'s model).
+weights. Each pass is bound by memory, not arithmetic, and they stand between
+the last reply and the next round's weights (a 2-device round's two replies
+come together). One compiled loop does them all for each element in turn,
+with the same float operations in the same order, so the same bits: 0.09 ms
+against 0.38 ms for the last delta of a LeNet-MLP's 109,386 weights on this
+2-core host (``benchmarks/bench_sync.py``'s model).
 
 numba compiles it (cached on disk) in the process that aggregates, the
 client. Importing numba and loading the kernel cost that process about a
@@ -33,17 +34,26 @@ _missing: ImportError | None = None
 
 def _fold_mean_step(
     acc: np.ndarray,
-    part: np.ndarray,
-    weight: float,
+    has_acc: bool,
+    part_a: np.ndarray,
+    weight_a: float,
+    part_b: np.ndarray,
+    weight_b: float,
+    has_b: bool,
     divisor: float,
     weights: np.ndarray,
     scale: np.float32,
     out: np.ndarray,
 ) -> None:
-    # Element by element what the numpy passes compute: acc + part * weight in float64 (the last fold),
-    # divided and rounded to float32 (the mean), then scaled and added in float32 (``apply_delta``).
-    for i in range(acc.size):
-        mean = np.float32((acc[i] + np.float64(part[i]) * weight) / divisor)
+    # Element by element what the numpy passes compute: the sums so far (0 before the first list) plus
+    # each part times its weight in float64, in order; divided and rounded to float32 (the mean); then
+    # scaled and added in float32 (``apply_delta``). Adding 0.0 first or last gives the same bits.
+    for i in range(weights.size):
+        total = acc[i] if has_acc else 0.0
+        total = total + np.float64(part_a[i]) * weight_a
+        if has_b:
+            total = total + np.float64(part_b[i]) * weight_b
+        mean = np.float32(total / divisor)
         out[i] = weights[i] + (mean if scale == 1.0 else scale * mean)
 
 
@@ -68,7 +78,7 @@ def warm() -> None:
         kernel = numba.njit(cache=True, nogil=True)(_fold_mean_step)
         # The signature every round calls it with: float32 buffers, float64 sums, Python floats.
         one = np.zeros(1, np.float32)
-        kernel(np.zeros(1), one, 1.0, 1.0, one, np.float32(1.0), one.copy())
+        kernel(np.zeros(1), True, one, 1.0, one, 1.0, True, 1.0, one, np.float32(1.0), one.copy())
         _kernel = kernel
         _ready.set()
 
@@ -91,18 +101,46 @@ def _warm_quietly() -> None:
 
 
 def fold_mean_step(
-    acc: np.ndarray, part: np.ndarray, weight: float, divisor: float, weights: np.ndarray, scale: float
+    acc: np.ndarray | None,
+    parts: list[np.ndarray],
+    part_weights: list[float],
+    divisor: float,
+    weights: np.ndarray,
+    scale: float,
 ) -> np.ndarray:
-    """``weights + scale * float32((acc + part * weight) / divisor)``, as the numpy passes round it, in one pass.
+    """``weights + scale * float32((acc + sum(part * weight)) / divisor)`` as the numpy passes round it, in one pass.
 
-    ``acc`` is float64, ``part``, ``weights`` and the result float32, all
-    one-dimensional and of one size.
+    ``acc`` (the float64 sums so far; None: none yet, 0) and one or two
+    ``parts`` (float32) with their ``part_weights``, summed in in order;
+    ``weights`` and the result float32. All one-dimensional, of one size.
     """
-    for name, array, dtype in (("acc", acc, np.float64), ("part", part, np.float32), ("weights", weights, np.float32)):
-        if array.dtype != dtype or array.ndim != 1 or array.shape != acc.shape:
-            raise ValueError(f"{name} must be a 1-D {np.dtype(dtype).name} array of {acc.size} elements")
+    if not 1 <= len(parts) <= 2 or len(parts) != len(part_weights):
+        got = f"{len(parts)}, {len(part_weights)} weights"
+        raise ValueError(f"parts must be one or two arrays with a weight each: {got}")
+    named = [("weights", weights, np.float32), *((f"parts[{i}]", p, np.float32) for i, p in enumerate(parts))]
+    if acc is not None:
+        named.append(("acc", acc, np.float64))
+    for name, array, dtype in named:
+        if array.dtype != dtype or array.ndim != 1 or array.shape != weights.shape:
+            raise ValueError(f"{name} must be a 1-D {np.dtype(dtype).name} array of {weights.size} elements")
     warm()
     out = np.empty(weights.shape, np.float32)
+    part_b, weight_b = (parts[1], float(part_weights[1])) if len(parts) == 2 else (parts[0], 0.0)
     # numpy scales a float32 array by a Python float in float32 (NEP 50): the scale is rounded first.
-    _kernel(acc, part, float(weight), float(divisor), weights, np.float32(scale), out)
+    _kernel(
+        acc if acc is not None else _NO_SUMS,
+        acc is not None,
+        parts[0],
+        float(part_weights[0]),
+        part_b,
+        weight_b,
+        len(parts) == 2,
+        float(divisor),
+        weights,
+        np.float32(scale),
+        out,
+    )
     return out
+
+
+_NO_SUMS = np.zeros(1)  # stands for the sums where there are none yet (never read)
