@@ -133,7 +133,27 @@ def decode_call(data: bytes, buffers: list[np.ndarray], plans: dict[int, tuple[A
     if plan not in plans:
         raise RuntimeError(f"round plan {plan} was never sent on this channel")
     template, layout = plans[plan]
-    return dataclasses.replace(template, **dict(zip(PER_ROUND, per_round, strict=True))), _flat(layout, buffers)
+    return _with_round(template, dict(zip(PER_ROUND, per_round, strict=True))), _flat(layout, buffers)
+
+
+def _with_round(template: Any, per_round: dict[str, int]) -> Any:
+    """``dataclasses.replace(template, **per_round)``; for a plain frozen dataclass, its fields copied as a dict.
+
+    replace() runs the class's ``__init__``: 16 µs of a device's 48 µs to decode
+    a call, against 2 µs to copy the fields. A class whose instances are not
+    just their fields (``__post_init__``, ``__slots__``) is replaced as usual.
+    """
+    if not _plain(type(template)):
+        return dataclasses.replace(template, **per_round)
+    task = object.__new__(type(template))
+    task.__dict__.update(template.__dict__)
+    task.__dict__.update(per_round)
+    return task
+
+
+@functools.cache
+def _plain(task_type: type) -> bool:
+    return not hasattr(task_type, "__post_init__") and all("__slots__" not in vars(k) for k in task_type.__mro__[:-1])
 
 
 def encode_reply(reply: dict[str, Any], layout: Layout) -> tuple[bytes, list[memoryview]] | None:
@@ -160,5 +180,4 @@ def _raw(flats: tuple[np.ndarray, ...]) -> list[memoryview]:
 
 
 def _flat(layout: Layout, buffers: list[np.ndarray]) -> Flat:
-    dtypes = list(dict.fromkeys(dtype for dtype, _, _ in layout))
-    return Flat(layout, tuple(buffer.view(dtype) for buffer, dtype in zip(buffers, dtypes, strict=True)))
+    return Flat.of_bytes(layout, buffers)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,18 +85,44 @@ class Flat(list):  # type: ignore[type-arg]
     __slots__ = ("layout", "flats")
 
     def __init__(self, layout: Layout, flats: tuple[np.ndarray, ...]) -> None:
-        offsets = [0] * len(flats)
-        arrays = []
-        for _, shape, group in layout:
-            size = math.prod(shape)  # np.prod costs microseconds a call, on every array of every message
-            start = offsets[group]
-            arrays.append(flats[group][start : start + size].reshape(shape))
-            offsets[group] = start + size
-        super().__init__(arrays)
+        super().__init__([flats[group][start:stop].reshape(shape) for group, start, stop, shape in _cut(layout)[0]])
         self.layout, self.flats = layout, tuple(flats)
+
+    @classmethod
+    def of_bytes(cls, layout: Layout, buffers: Sequence[np.ndarray]) -> Flat:
+        """The arrays of ``layout`` over raw byte buffers (uint8), one per dtype in the layout's order, uncopied."""
+        return cls(layout, tuple(b.view(dtype) for b, dtype in zip(buffers, _cut(layout)[1], strict=True)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (unpack, (self.layout, self.flats))
+
+
+Cut = tuple[list[tuple[int, int, int, tuple[int, ...]]], list[str]]
+# Recent layouts' cuts (each array's buffer, start, stop and shape) and their buffers' dtypes. A round's
+# messages rebuild views of the same few layouts again and again: working the cuts out every time cost a
+# LeNet-MLP's views 16 µs instead of 12. Keyed by identity (a layout is a list); each entry keeps its layout
+# alive, so its id is not reused while it is here.
+_cuts: dict[int, tuple[Layout, Cut]] = {}
+_cuts_lock = threading.Lock()
+_CUTS_KEPT = 64
+
+
+def _cut(layout: Layout) -> Cut:
+    entry = _cuts.get(id(layout))
+    if entry is not None and entry[0] is layout:
+        return entry[1]
+    offsets: dict[int, int] = {}
+    cuts = []
+    for _, shape, group in layout:
+        start = offsets.get(group, 0)
+        offsets[group] = stop = start + math.prod(shape)  # np.prod costs microseconds a call
+        cuts.append((group, start, stop, shape))
+    cut = (cuts, list(dict.fromkeys(dtype for dtype, _, _ in layout)))
+    with _cuts_lock:
+        while len(_cuts) >= _CUTS_KEPT:
+            del _cuts[next(iter(_cuts))]  # the oldest
+        _cuts[id(layout)] = (layout, cut)
+    return cut
 
 
 #: The boundary TensorFlow aligns its own CPU buffers on: numpy memory aligned so it takes as it is, uncopied.

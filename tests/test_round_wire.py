@@ -182,3 +182,26 @@ def test_plans_differ_by_any_fixed_field_or_layout_and_not_by_the_round() -> Non
     assert round_wire.plan_key(_task(0, seed=4), weights) != key
     assert round_wire.plan_key(_task(0), Packed([w[:3] for w in _weights(0)])) != key
     assert round_wire.plan_key(_task(0, compressor=build_compressor("topk:0.5")), weights) is None
+
+
+def test_a_rounds_task_is_its_plans_task_with_the_round_fields_replaced_as_replace_would() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        round: int
+        steps: int
+        seen: list[int] = dataclasses.field(default_factory=list, compare=False)
+
+        def __post_init__(self) -> None:
+            self.seen.append(self.round)
+
+    # Execute: the plain task (fields copied) and one whose __init__ does more (replaced as usual)
+    fast = round_wire._with_round(_task(0), {"round": 5, "epoch": 2, "first_step": 3, "steps": 4})
+    checked = round_wire._with_round(Checked(1, 1), {"round": 7, "steps": 2})
+
+    # Assert: what dataclasses.replace gives, hash and all; the other's __post_init__ ran
+    want = dataclasses.replace(_task(0), round=5, epoch=2, first_step=3, steps=4)
+    assert fast == want and hash(fast) == hash(want) and type(fast) is RoundTask
+    assert dataclasses.asdict(fast) == dataclasses.asdict(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.round = 6  # type: ignore[misc]
+    assert checked == Checked(7, 2) and checked.seen == [1, 7]  # the list replace() passes on
