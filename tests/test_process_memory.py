@@ -75,32 +75,3 @@ def test_a_forked_child_reads_its_own_memory_not_its_parents() -> None:
     assert child.exitcode == 0
     assert parent > 0
     del ballast
-
-
-@linux_only
-def test_the_peak_comes_from_getrusage_where_it_is_the_windows_and_from_proc_where_it_is_stale(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Arrange: the check made afresh at the next reset
-    monkeypatch.setattr(process_memory, "_rusage_peak", None)
-
-    # Execute: a reset, then a peak of 64 MiB within its window
-    assert process_memory.reset_peak()
-    block = np.ones(64 * 2**20, np.uint8)
-    del block
-    peak = process_memory.peak_bytes()
-
-    # Assert: read from getrusage (this process replaced no larger image), VmHWM's value give or take its slack
-    assert process_memory._rusage_peak is True
-    assert peak is not None and abs(peak - _status_hwm()) <= process_memory.RUSAGE_SLACK_BYTES
-    assert peak >= process_memory.rss_bytes() + 60 * 2**20
-
-    # Execute: as in a process whose getrusage still holds the peak of the image it replaced (exec)
-    monkeypatch.setattr(process_memory, "_rusage_peak", None)
-    monkeypatch.setattr(process_memory, "_rusage_bytes", lambda: 2**40)
-    assert process_memory.reset_peak()
-
-    # Assert: /proc's window, not the stale terabyte
-    assert process_memory._rusage_peak is False
-    windowed = process_memory.peak_bytes()
-    assert windowed is not None and abs(windowed - _status_hwm()) < 2**20
