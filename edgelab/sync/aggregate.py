@@ -43,7 +43,9 @@ class RunningMean:
     same float64 sum in the same order as ``weighted_mean``, so the same bits,
     but most of the work is done while later lists are still on their way (a
     parameter server's mean of the updates that have arrived, while the last
-    device still trains). A list with nothing to count (``skip``) leaves the mean.
+    device still trains). The last two are kept until the result is asked for,
+    and ``added_to`` sums them in with the step in one pass. A list with
+    nothing to count (``skip``) leaves the mean.
 
     Examples
     --------
