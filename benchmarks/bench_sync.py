@@ -4,8 +4,9 @@ A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
    transport (``edgelab.fleet.TRANSPORTS``, on the devices' round channels) and
    the direct one on Dask's comms as before them (``direct-dask``,
    ``EDGELAB_CHANNELS=0``): LeNet-MLP, batch 64, one round per batch. Overhead
-   = a round's host wall (``round_wall_s``: the calls, the wait, the
-   aggregation) minus its compute, where compute is the slowest device's
+   = a round's period (from its start to the next round's: the calls, the
+   wait, the aggregation and the client's work between rounds; the records'
+   ``round_start_s``) minus its compute, where compute is the slowest device's
    compute wall or, when the devices outnumber the host's cores, their CPU
    seconds over the cores, whichever is longer. Floor = one round trip on the
    transport the side uses (a small call on a round channel, or a worker's
@@ -212,22 +213,38 @@ def _cluster_cpu_s() -> float:
 
 
 def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
-    """Per-round wall, compute, overhead and bytes of a per-batch run."""
+    """Per-round wall, compute, overhead and bytes of a per-batch run.
+
+    A round's wall is its period: from its start to the next round's, the
+    client's work between two rounds included (the last round, which has no
+    next, is left out). Records without starts fall back to ``round_wall_s``
+    (the calls, the wait and the aggregation alone).
+    """
     records = run.records if "server_s" in run.records else run.records.assign(server_s=0.0)
+    if "round_start_s" not in records:
+        records = records.assign(round_start_s=np.nan)
     per_round = records.groupby("round").agg(
-        wall_s=("round_wall_s", "first"),
+        start_s=("round_start_s", "first"),
+        call_s=("round_wall_s", "first"),
         server_s=("server_s", "first"),
         slowest_s=("wall_s", "max"),
         device_cpu_s=("cpu_s", "sum"),
         bytes=("bytes_sent", "sum"),
         bytes_in=("bytes_received", "sum"),
     )
+    rounds = len(per_round)
+    if per_round["start_s"].notna().all() and rounds > 1:
+        per_round["wall_s"] = per_round["start_s"].shift(-1) - per_round["start_s"]
+        per_round = per_round.iloc[:-1]
+    else:
+        per_round["wall_s"] = per_round["call_s"]
     # On a host with fewer cores than devices the devices' compute queues for the cores.
     compute = np.maximum(per_round["slowest_s"], per_round["device_cpu_s"] / cores)
     overhead = per_round["wall_s"] - compute
     return {
-        "rounds": len(per_round),
+        "rounds": rounds,
         "round_ms": 1e3 * float(per_round["wall_s"].median()),
+        "call_ms": 1e3 * float(per_round["call_s"].median()),
         "compute_ms": 1e3 * float(compute.median()),
         "overhead_ms": 1e3 * float(overhead.median()),
         "server_ms": 1e3 * float(per_round["server_s"].median()),

@@ -314,6 +314,7 @@ def train(
         for epoch in range(0, 0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs, span):
             first = 0
             while first < (max(steps) if cfg.sync_every == "batch" else 1):
+                round_start_s = time.perf_counter() - t_train  # a round's period runs to the next one's start
                 period = periods.next() if cfg.sync_every == "batch" else steps[0]
                 clients = clients_of_round(cfg, rnd, [i for i in range(len(devices)) if first < steps[i]])
                 tasks = {
@@ -365,6 +366,7 @@ def train(
                     records.append(
                         {
                             **record,
+                            "round_start_s": round_start_s,
                             "round_wall_s": round_wall,
                             "server_s": server_s,
                             "update": rnd,

@@ -71,6 +71,32 @@ def test_round_costs_take_the_longer_of_the_slowest_device_and_the_cores(bench_s
     assert costs["bytes_per_round"] == 800
 
 
+def test_a_rounds_wall_is_its_period_to_the_next_rounds_start_where_the_records_have_starts(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: three rounds of two devices; the client spent 2-4 ms between a round's end and the next start
+    records = pd.DataFrame(
+        {
+            "round": [0, 0, 1, 1, 2, 2],
+            "round_start_s": [0.0, 0.0, 0.012, 0.012, 0.026, 0.026],
+            "round_wall_s": [0.010] * 6,
+            "wall_s": [0.004, 0.006, 0.005, 0.005, 0.004, 0.004],
+            "cpu_s": [0.004] * 6,
+            "bytes_sent": [100] * 6,
+            "bytes_received": [100] * 6,
+        }
+    )
+    run = TrainRun(TrainConfig(model="mlp", n_devices=2), records, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+
+    # Execute
+    costs = bench_sync.round_costs(run, cores=2)
+
+    # Assert: periods 12 and 14 ms (the last round has no next), compute 6 and 5 ms; the calls alone 10 ms
+    assert costs["rounds"] == 3
+    assert costs["round_ms"] == pytest.approx(13.0)
+    assert costs["compute_ms"] == pytest.approx(5.5)
+    assert costs["overhead_ms"] == pytest.approx(np.median([6.0, 9.0]))
+    assert costs["call_ms"] == pytest.approx(10.0)
+
+
 def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transport(bench_sync) -> None:  # type: ignore[no-untyped-def]
     # Prepare: a few digits for two bare devices (real processes, real sockets, edgelab's own step)
     rng = np.random.default_rng(0)
