@@ -303,13 +303,15 @@ class Channels:
         poll_s: float,
         failed: Callable[[Any], bool] = lambda reply: False,
         on_reply: Callable[[str, Any], None] | None = None,
+        after_send: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Send every call, then read every reply: ``{key: (address, fn, args)}`` -> ``{key: reply}``.
 
         ``check()`` runs whenever a socket waits ``poll_s`` and may raise to
         give the calls up. ``on_reply(key, reply)`` runs on each reply that is
         not ``failed`` as soon as it is read, while the others are still on
-        their way. A reply that is ``failed`` ends the wait at once:
+        their way; ``after_send()`` once every call went out, before any
+        reply is read. A reply that is ``failed`` ends the wait at once:
         only it is returned (its peers may be waiting for the failed device).
         Any error leaves the channels of these calls closed (a reply still on
         its way would otherwise be read as the next one's), and so does a
@@ -328,6 +330,8 @@ class Channels:
                 sock.settimeout(poll_s)
                 views, leans[key] = self._encode(address, fn, args)
                 send_message(sock, views, check)
+            if after_send is not None:
+                after_send()
             replies = _receive_all(socks, check, poll_s, failed, on_reply, leans)
             if len(replies) < len(calls):  # one failed: the others' replies are left unread
                 self._drop_all(calls)

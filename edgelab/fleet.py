@@ -290,7 +290,10 @@ class Fleet:
         return futures
 
     def call_all(
-        self, calls: Mapping[str, tuple[Any, ...]], on_result: Callable[[str, Any], None] | None = None
+        self,
+        calls: Mapping[str, tuple[Any, ...]],
+        on_result: Callable[[str, Any], None] | None = None,
+        after_send: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """``direct(device, *call)`` for every device of ``calls`` at once, waited for: the results, by device.
 
@@ -302,10 +305,13 @@ class Fleet:
         order of ``calls``, once all came back. ``on_result(device, result)``
         runs on each result: on channels as it arrives, while the others are
         still on their way; on Dask's comms once all came back.
+        ``after_send()`` runs once every call went out, while the devices work.
         """
         channels = self.channels
         if channels is None or not channels.reachable([self.addresses[d] for d in calls]):
             futures = self.direct_all(calls)
+            if after_send is not None:
+                after_send()
             self.wait(futures)
             results = {d: f.result() for d, f in futures.items()}
             for device, result in results.items() if on_result is not None else ():
@@ -328,6 +334,7 @@ class Fleet:
             poll_s=POLL_S,
             failed=lambda reply: reply["status"] != "OK",
             on_reply=None if on_result is None else lambda device, reply: on_result(device, reply["result"]),
+            after_send=after_send,
         )
         for reply in replies.values():
             if reply["status"] != "OK":

@@ -109,12 +109,17 @@ def test_a_peer_that_closes_mid_message_is_a_closed_channel() -> None:
             receive_message(b)
 
 
+_GATE = threading.Event()
+
+
 def _handle(fn: str, args: tuple[Any, ...]) -> dict[str, Any]:
     if fn == "double":
         return {"status": "OK", "result": [2 * a for a in args[0]]}
     if fn == "sleep":
         time.sleep(args[0])
         return {"status": "OK", "result": args[0]}
+    if fn == "wait_for_gate":  # answers whether the client opened the gate while the call waited
+        return {"status": "OK", "result": _GATE.wait(args[0])}
     if fn == "unpicklable":
         return {"status": "OK", "result": threading.Lock()}
     return {"status": "error", "exception": ValueError(f"no {fn}")}
@@ -183,6 +188,36 @@ def test_each_reply_is_handed_over_as_it_arrives_while_slower_ones_are_still_on_
     assert handed[0][1] < 0.25 <= 0.5 <= handed[1][1]
     assert list(replies) == ["fast", "slow"]
     assert "bad" in failed and all(key != "bad" for key, _ in handed)
+    channels.close()
+
+
+def test_after_send_runs_once_every_call_went_out_while_the_devices_still_work(
+    servers: dict[str, ChannelServer],
+) -> None:
+    # Prepare: each device waits up to 5 s for a gate only the client's after_send opens
+    channels = _channels(servers)
+    addresses = list(servers)
+    assert channels.reachable(addresses)
+    _GATE.clear()
+    ran: list[int] = []
+
+    def after_send() -> None:
+        ran.append(len(ran))
+        _GATE.set()
+
+    # Execute
+    start = time.monotonic()
+    replies = channels.call_all(
+        {f"d{i}": (a, "wait_for_gate", (5.0,)) for i, a in enumerate(addresses)},
+        check=lambda: None,
+        poll_s=0.05,
+        after_send=after_send,
+    )
+
+    # Assert: it ran once, before the replies were waited for (else every device would have given up)
+    assert ran == [0]
+    assert [reply["result"] for reply in replies.values()] == [True, True, True]
+    assert time.monotonic() - start < 4.0
     channels.close()
 
 
