@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import async_schedule, runtime
+from edgelab import async_schedule, round_wire, runtime
 from edgelab.allreduce import Ring
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, partition, shared_subset_split
@@ -309,6 +309,20 @@ def train(
                 transport,
             )
         span = cfg.epochs_per_round
+        # Each device's task with the run's fields; a round's are copied in (a frozen dataclass's __init__: 9 µs).
+        templates = [
+            runtime.RoundTask(
+                run_id, spec, i, 0, 0, 0, 0, cfg.batch_size, cfg.seed, local_epochs=span, compressor=compressor
+            )
+            for i in range(len(devices))
+        ]
+        # A round's records are written once the next round's calls went out, while its devices train.
+        unbooked: list[Callable[[], None]] = []
+
+        def book() -> None:
+            while unbooked:
+                unbooked.pop(0)()
+
         periods = SyncPeriod(cfg.sync_period, cfg.sync_period_rule)
         stragglers = _Stragglers.of(cfg, cluster, device_model) if cfg.deadline != "none" or cfg.slowdown else None
         for epoch in range(0, 0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs, span):
@@ -318,18 +332,14 @@ def train(
                 period = periods.next() if cfg.sync_every == "batch" else steps[0]
                 clients = clients_of_round(cfg, rnd, [i for i in range(len(devices)) if first < steps[i]])
                 tasks = {
-                    devices[i]: runtime.RoundTask(
-                        run_id,
-                        spec,
-                        i,
-                        rnd,
-                        epoch,
-                        first,
-                        min(period, steps[i] - first) if cfg.sync_every == "batch" else steps[i],
-                        cfg.batch_size,
-                        cfg.seed,
-                        local_epochs=span,
-                        compressor=compressor,
+                    devices[i]: round_wire.with_round(
+                        templates[i],
+                        {
+                            "round": rnd,
+                            "epoch": epoch,
+                            "first_step": first,
+                            "steps": min(period, steps[i] - first) if cfg.sync_every == "batch" else steps[i],
+                        },
                     )
                     for i in clients
                 }
@@ -343,7 +353,7 @@ def train(
                 else:
                     # Plain averaging: the server sums each update in as it arrives, while later ones train.
                     mean_of = strategy.running_mean if compressor is None and stragglers is None else None
-                    round_ = partial(_round, fleet, tasks, weights, transport, mean_of)
+                    round_ = partial(_round, fleet, tasks, weights, transport, mean_of, book)
                     results, running = fleet.attempt("broadcast", rnd, round_)
                     attempt_s = fleet.last_attempt_s
                     # The gathered updates are in this process now: a device lost from here on is
@@ -361,25 +371,17 @@ def train(
                         weights = strategy.aggregate(weights, updates) or weights
                     server_s = time.perf_counter() - t_agg
                     round_wall = attempt_s + server_s
-                for _, record in results:
-                    monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
-                    records.append(
-                        {
-                            **record,
-                            "round_start_s": round_start_s,
-                            "round_wall_s": round_wall,
-                            "server_s": server_s,
-                            "update": rnd,
-                            "pulled_version": rnd,
-                            "staleness": 0,
-                        }
-                    )
+                unbooked.append(partial(_book, records, monitor, results, rnd, round_start_s, round_wall, server_s))
+                if ring is not None:
+                    book()
                 rnd += 1
                 first += period
                 first_round_end_s = first_round_end_s or time.perf_counter() - t_start
                 seen += sum(int(r["samples"]) for _, r in results)
-                periods.observe(_mean_loss(results))
+                if periods.adapts:  # 50 µs a round on the critical path, for a number only AdaComm reads
+                    periods.observe(_mean_loss(results))
                 check_progress(weights, rnd, seen)
+            book()
             t_eval = time.perf_counter()
             weights = held(weights, rnd)
             at = epoch // span
@@ -438,12 +440,14 @@ def _round(
     weights: list[np.ndarray],
     transport: str,
     mean_of: Callable[[int], RunningMean | None] | None = None,
+    after_send: Callable[[], None] | None = None,
 ) -> tuple[list[Any], RunningMean | None]:
     """One synchronous round: weights to every device, its batches trained, the updates gathered.
 
     With ``mean_of`` (a strategy's ``running_mean``) the deltas are also
     summed into a fresh ``RunningMean`` as they arrive, weighted by samples,
     in the order of ``tasks``; it is returned beside the results.
+    ``after_send()`` runs once every device has its call, while they train.
     """
     rnd = next(iter(tasks.values())).round
     running = mean_of(len(tasks)) if mean_of is not None else None
@@ -463,13 +467,15 @@ def _round(
         fleet.point("train", rnd)
         # A device lost in this round fails it here.
         calls = {device: ("train_round", task, payload) for device, task in tasks.items()}
-        results = list(fleet.call_all(calls, on_result=take).values())
+        results = list(fleet.call_all(calls, on_result=take, after_send=after_send).values())
         # The updates are here already: a device lost now is found by the next step.
         fleet.point("gather", rnd)
         return results, running
     sent = {device: fleet.send(device, payload) for device in tasks}
     fleet.point("broadcast", rnd)
     futures = {device: fleet.submit(device, runtime.train_round, task, sent[device]) for device, task in tasks.items()}
+    if after_send is not None:
+        after_send()
     fleet.point("train", rnd)
     fleet.wait(futures)
     fleet.point("gather", rnd)
@@ -528,6 +534,31 @@ class _Stragglers:
         applied = [u for u, is_late in zip(updates, late, strict=True) if not is_late] + self.deferred
         self.deferred = [u for u, is_late in zip(updates, late, strict=True) if is_late and self.cfg.late == "stale"]
         return applied
+
+
+def _book(
+    records: list[dict[str, Any]],
+    monitor: list[dict[str, Any]],
+    results: list[Any],
+    rnd: int,
+    round_start_s: float,
+    round_wall: float,
+    server_s: float,
+) -> None:
+    """A synchronous round's records (one a device), and the monitor's samples they carried."""
+    for _, record in results:
+        monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
+        records.append(
+            {
+                **record,
+                "round_start_s": round_start_s,
+                "round_wall_s": round_wall,
+                "server_s": server_s,
+                "update": rnd,
+                "pulled_version": rnd,
+                "staleness": 0,
+            }
+        )
 
 
 def _mean_loss(results: list[Any]) -> float:

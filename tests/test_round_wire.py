@@ -195,8 +195,8 @@ def test_a_rounds_task_is_its_plans_task_with_the_round_fields_replaced_as_repla
             self.seen.append(self.round)
 
     # Execute: the plain task (fields copied) and one whose __init__ does more (replaced as usual)
-    fast = round_wire._with_round(_task(0), {"round": 5, "epoch": 2, "first_step": 3, "steps": 4})
-    checked = round_wire._with_round(Checked(1, 1), {"round": 7, "steps": 2})
+    fast = round_wire.with_round(_task(0), {"round": 5, "epoch": 2, "first_step": 3, "steps": 4})
+    checked = round_wire.with_round(Checked(1, 1), {"round": 7, "steps": 2})
 
     # Assert: what dataclasses.replace gives, hash and all; the other's __post_init__ ran
     want = dataclasses.replace(_task(0), round=5, epoch=2, first_step=3, steps=4)

@@ -27,6 +27,8 @@ class SyncPeriod:
     Examples
     --------
     >>> period = SyncPeriod(8, "adaptive")
+    >>> period.adapts, SyncPeriod(8).adapts
+    (True, False)
     >>> period.next()
     8
     >>> period.observe(2.0); period.observe(0.5)
@@ -42,6 +44,11 @@ class SyncPeriod:
     def __post_init__(self) -> None:
         if self.rule not in PERIOD_RULES:
             raise ConfigError("sync_period_rule", self.rule, f"one of {', '.join(PERIOD_RULES)}")
+
+    @property
+    def adapts(self) -> bool:
+        """Whether the losses move the period: a fixed one needs none (the round's mean loss goes untaken)."""
+        return self.rule != "fixed"
 
     def next(self) -> int:
         """The period of the next round (the base until a loss was seen)."""
