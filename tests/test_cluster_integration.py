@@ -158,16 +158,23 @@ def test_every_thread_of_a_device_runs_under_sched_batch_and_the_cluster_records
     assert cluster.info["device_scheduling"] == "batch"
 
 
-def test_workers_sample_their_profile_every_100_ms_not_every_10(cluster: DeviceCluster) -> None:
+def test_workers_sample_their_profile_every_100_ms_and_their_system_every_2_s(cluster: DeviceCluster) -> None:
     # Dask's profiler callback walks the task threads' stacks on the worker's event loop, holding
-    # the GIL: every 10 ms (its default) it stalled rounds of 2-5 ms.
+    # the GIL: every 10 ms (its default) it stalled rounds of 2-5 ms. The nannies' monitors run on
+    # the client's event loop: most of an idle cluster's CPU at their defaults (0.5 s, 0.1 s).
     # Execute
-    profile_ms = cluster.client.run(lambda dask_worker: dask_worker.periodic_callbacks["profile"].callback_time)
+    def periods(dask_worker: Any) -> dict[str, float]:
+        return {name: callback.callback_time for name, callback in dask_worker.periodic_callbacks.items()}
+
+    workers = cluster.client.run(periods)
+    nannies = cluster.client.run(periods, nanny=True)
     tick_s = cluster.client.run(lambda dask_worker: dask_worker._tick_interval)
 
-    # Assert: the dashboard keeps a profile, sampled a tenth as often
-    assert list(profile_ms.values()) == [100, 100]
+    # Assert: the dashboard keeps a profile, sampled a tenth as often, and system plots every 2 s
+    assert [p["profile"] for p in workers.values()] == [100, 100]
     assert list(tick_s.values()) == [0.1, 0.1]
+    assert [p["monitor"] for p in [*workers.values(), *nannies.values()]] == [2000] * 4
+    assert [p["memory_monitor"] for p in nannies.values()] == [500, 500]
 
 
 def test_dask_warnings_go_to_the_cluster_log_not_to_stderr(
