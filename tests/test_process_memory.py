@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import psutil
@@ -20,34 +22,63 @@ def _status_hwm() -> int:
     return int(line.split()[1]) * 1024
 
 
+def _in_a_forked_child(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run in a forked child, its only thread: no other thread of the test worker frees memory meanwhile.
+
+    Run in the test worker itself, a rise of 64 MiB once read as 18 MiB: the
+    worker (2.4 GB) was freeing memory on other threads between the reads.
+    """
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+
+    def run() -> None:
+        queue.put(fn())
+
+    child = context.Process(target=run)
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    return got
+
+
+def _rss_around_64_mib() -> tuple[int, int, int, int]:
+    before, psutil_before = process_memory.rss_bytes(), psutil.Process().memory_info().rss
+    block = np.ones(64 * 2**20, np.uint8)  # written, so resident
+    after, psutil_after = process_memory.rss_bytes(), psutil.Process().memory_info().rss
+    del block
+    return before, psutil_before, after, psutil_after
+
+
 @linux_only
 def test_rss_is_what_psutil_reads_and_follows_memory_touched() -> None:
     # Execute: RSS before and after touching 64 MiB
-    before, psutil_before = process_memory.rss_bytes(), psutil.Process().memory_info().rss
-    block = np.ones(64 * 2**20, np.uint8)  # written, so resident
-    after = process_memory.rss_bytes()
+    before, psutil_before, after, psutil_after = _in_a_forked_child(_rss_around_64_mib)
 
     # Assert: psutil's value (give or take what the interpreter did between the two reads), then the rise
     assert abs(before - psutil_before) < 2**20
+    assert abs(after - psutil_after) < 2**20
     assert after - before >= 60 * 2**20
+
+
+def _peak_then_reset() -> tuple[int | None, int | None, int, int]:
+    block = np.ones(96 * 2**20, np.uint8)
     del block
+    high = process_memory.peak_bytes()
+    assert process_memory.reset_peak()
+    low = process_memory.peak_bytes()
+    return high, low, _status_hwm(), process_memory.rss_bytes()
 
 
 @linux_only
 def test_peak_is_vmhwm_and_a_reset_starts_a_new_window() -> None:
-    # Arrange: a peak well above the RSS after it
-    block = np.ones(96 * 2**20, np.uint8)
-    del block
-    high = process_memory.peak_bytes()
-
-    # Execute
-    assert process_memory.reset_peak()
-    low = process_memory.peak_bytes()
+    # Arrange / Execute: a peak well above the RSS after it, then a reset
+    high, low, status_hwm, rss = _in_a_forked_child(_peak_then_reset)
 
     # Assert: the peak read is /proc's VmHWM, and the reset brought it down to about the RSS now
     assert high is not None and low is not None
-    assert high >= process_memory.rss_bytes() + 80 * 2**20
-    assert abs(low - _status_hwm()) < 2**20
+    assert high >= rss + 80 * 2**20
+    assert abs(low - status_hwm) < 2**20
     assert low < high - 80 * 2**20
 
 
