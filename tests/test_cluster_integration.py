@@ -7,9 +7,12 @@ test that needs one. Run only these with ``pytest -m integration``.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import math
 import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -346,6 +349,45 @@ def test_a_finished_run_leaves_nothing_on_the_scheduler_without_waiting_for_the_
         _settle(cluster, timeout_s=10.0)
     finally:
         gc.enable()
+
+
+# Run in a fresh interpreter: this test process may have started a fork server already.
+_LAUNCHER_SCRIPT = """
+import json, os, sys
+import psutil
+from edgelab.cluster import connect, start_device_launcher
+
+def main():
+    me = psutil.Process()
+    start_device_launcher("tcp://pi-master:8786")
+    children_attached = len(me.children())
+    start_device_launcher()
+    launchers = [p.pid for p in me.children() if "forkserver" in " ".join(p.cmdline())]
+    cluster = connect(2, dashboard_address="127.0.0.1:0")
+    try:
+        parents = sorted(cluster.client.run(os.getppid).values())
+    finally:
+        cluster.close()
+    print(json.dumps([children_attached, launchers, parents]))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_launcher_started_ahead_is_what_the_cluster_forks_its_devices_from(tmp_path: Path) -> None:
+    # Arrange
+    script = tmp_path / "launcher.py"
+    script.write_text(_LAUNCHER_SCRIPT)
+
+    # Execute
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True)
+    children_attached, launchers, parents = json.loads(out.stdout.strip().splitlines()[-1])
+
+    # Assert: nothing starts for devices reached by address; else one fork server, every device its child
+    assert children_attached == 0
+    assert len(launchers) == 1
+    assert parents == launchers * 2
 
 
 def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
