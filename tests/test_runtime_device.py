@@ -147,6 +147,28 @@ def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: st
         weights = [w + d for w, d in zip(weights, delta.arrays, strict=True)]
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_a_rounds_compiled_step_traces_the_models_train_step_once(steps: int) -> None:
+    from edgelab.models import build_model
+    from edgelab.runtime import _train_steps, get_weights
+
+    # Prepare: a fresh model (its metrics not made yet), its train step counted as it is traced
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, size=(96, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, size=96)
+    model = build_model(ModelSpec("mlp"))
+    traced = []
+    train_step = model.train_step
+    model.train_step = lambda data: traced.append(1) or train_step(data)
+
+    # Execute: two rounds of one batch (one compiled call each) or of three (one compiled loop)
+    for _ in range(2):
+        _train_steps(model, _Shard(x=x, y=y, channel_axis=False), get_weights(model), np.arange(96), steps, 32)
+
+    # Assert: traced once, not once more for the metric variables the first trace would have made
+    assert len(traced) == 1
+
+
 def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
     from edgelab.models import build_model
     from edgelab.runtime import _train_steps, get_weights
