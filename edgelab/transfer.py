@@ -9,7 +9,8 @@ buffer of 100 and batched by 32, cached and prefetched (all as the paper says).
 Phase 1 computes the frozen base's features once and trains the head on them:
 with the base frozen (its batch normalisation in inference mode) and a fixed,
 already augmented training set, that is the same computation as running the
-base every epoch, only faster. Training runs in the notebook's own process
+base every epoch, only faster; without phase 2 the validation scores come
+from the head on those features too. Training runs in the notebook's own process
 (the paper trains in its Jupyter service), not on an emulated device.
 
 Paper: Jeon, Lee, Lee, Kim and Kim, "Implementation of AIoT Edge Cluster
@@ -165,7 +166,9 @@ def train(
             verbose=0,
         )
         history += _rows(fit.history, phase=2, first_epoch=cfg.phase1_epochs + 1, metric=metric)
-    scores = model.predict(xv, batch_size=64, verbose=0)
+        scores = model.predict(xv, batch_size=64, verbose=0)
+    else:  # the base never trained: the head on its features is the whole model, bit for bit (tested)
+        scores = head.predict(fv, batch_size=64, verbose=0)
     return Trained(model.get_weights(), pd.DataFrame(history), scores, time.perf_counter() - start)
 
 
