@@ -390,6 +390,31 @@ def test_a_launcher_started_ahead_is_what_the_cluster_forks_its_devices_from(tmp
     assert parents == launchers * 2
 
 
+def test_memory_needs_are_probed_side_by_side_once_per_model_and_batch(
+    cluster: DeviceCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distributed import get_task_stream
+
+    from edgelab import train as train_module
+
+    # Prepare: nothing measured yet; two models, the first asked for twice (another device count, the same step)
+    monkeypatch.setattr(train_module, "_PROBED", {})
+    cfgs = [TrainConfig(model=m, n_devices=n, batch_size=32) for m, n in (("mlp", 1), ("cnn", 1), ("mlp", 2))]
+
+    # Execute
+    with get_task_stream(client=cluster.client) as stream:
+        needs = train_module.probe_memory_needs(cluster, cluster.devices, cfgs)
+    with get_task_stream(client=cluster.client) as again:
+        train_module.probe_memory_needs(cluster, cluster.devices, cfgs)
+
+    # Assert: two fresh processes, one on each device, and nothing measured twice
+    probes = [t for t in stream.data if "probe_memory" in str(t["key"])]
+    assert len({t["worker"] for t in probes}) == len(probes) == 2
+    assert needs[0] == needs[2] and needs[0] != needs[1]
+    assert all(n["need_mb"] > 0 and n["baseline_mb"] > 100 for n in needs)
+    assert not [t for t in again.data if "probe_memory" in str(t["key"])]
+
+
 def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
     # Execute
     with pytest.raises(ClusterError, match="scheduler_address") as info:

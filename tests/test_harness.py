@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ class SquaresPlan(harness.Plan):
     profile: Any
     runs: list[int]
     executed: list[int]
+    before: list[list[int]] = field(default_factory=list)
 
     def run_params(self, run: int) -> dict[str, Any]:
         return {"experiment": "squares", "n": run}
@@ -39,7 +40,12 @@ class SquaresPlan(harness.Plan):
     def setup(self, cluster: DeviceCluster) -> dict[str, Any]:
         return {}
 
+    def before_runs(self, cluster: DeviceCluster, runs: list[int]) -> dict[str, Any]:
+        self.before.append(list(runs))
+        return {"pending": list(runs)}
+
     def execute(self, cluster: DeviceCluster, run: int, context: dict[str, Any]) -> harness.Outcome:
+        assert run in context["pending"]
         self.executed.append(run)
         value = cluster.client.submit(lambda n: n * n, run, pure=False).result()
         return {"square": value}, {"table": pd.DataFrame({"n": [run], "square": [value]})}
@@ -57,6 +63,7 @@ def test_runs_are_stored_and_a_second_call_executes_only_what_is_missing(tmp_pat
     again = _plan([1, 2, 3])
     assert [r.summary["square"] for r in harness.run(again, store=store)] == [1, 4, 9]
     assert (first.executed, again.executed) == ([1, 2], [3])
+    assert (first.before, again.before) == ([[1, 2]], [[3]])  # told once, before the runs, what is pending
 
 
 @pytest.mark.integration

@@ -115,6 +115,10 @@ class Plan(ABC):
         profile = cluster.profile if not cluster.emulated else self.profile
         return {"calibration": calibrate(profile).to_dict(), "cluster": cluster.info}
 
+    def before_runs(self, cluster: DeviceCluster, runs: list[Any]) -> dict[str, Any]:
+        """Measure once, after ``setup``, what the pending ``runs`` share (nothing by default); added to the context."""
+        return {}
+
     def teardown(self, context: dict[str, Any]) -> None:
         """Free what ``setup`` placed on the cluster (nothing by default); runs even when a run fails."""
         return None
@@ -191,6 +195,7 @@ def run(
         try:
             # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
             context = {**plan.setup(cluster), "store": store}
+            context |= plan.before_runs(cluster, todo)
             report = performance_report or _default_performance_report(plan, todo)
             recording = _performance_report(report, cluster) if report else contextlib.nullcontext()
             try:

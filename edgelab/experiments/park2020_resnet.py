@@ -43,7 +43,7 @@ from edgelab.experiments.harness import Outcome
 from edgelab.model_costs import parameter_count, weight_count
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
-from edgelab.train import TrainConfig, check, train
+from edgelab.train import TrainConfig, check, probe_memory_needs, train
 
 EXPERIMENT = "park2020_resnet"
 # 3: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without
@@ -189,6 +189,11 @@ class Plan(harness.Plan):
     def devices_needed(self, runs: list[ResnetRun]) -> int:
         """The largest device count among ``runs``."""
         return max(r.devices for r in runs)
+
+    def before_runs(self, cluster: DeviceCluster, runs: list[ResnetRun]) -> dict[str, Any]:
+        """Measure every pending depth and batch's memory need up front, side by side (each run then finds it)."""
+        probe_memory_needs(cluster, cluster.devices, [self.config(run) for run in runs])
+        return {}
 
     def execute(self, cluster: DeviceCluster, run: ResnetRun, context: dict[str, Any]) -> Outcome:
         """Train one run; a configuration that does not fit the device is stored as out of memory."""
