@@ -10,7 +10,15 @@ import pytest
 
 from edgelab.devices import get_profile
 from edgelab.errors import ConfigError
-from edgelab.timeline import Topology, compose, emulated_cpu_percent, round_time, solve_speed_factor, wire_bytes
+from edgelab.timeline import (
+    RoundGrid,
+    Topology,
+    compose,
+    emulated_cpu_percent,
+    round_time,
+    solve_speed_factor,
+    wire_bytes,
+)
 
 # 0.008 Mbit/s = 1000 B/s, so byte counts read as milliseconds.
 SLOW = dataclasses.replace(get_profile("pi3b"), link_mbps=0.008, latency_s=0.01)
@@ -239,6 +247,27 @@ def test_compose_hand_computed_shared() -> None:
     np.testing.assert_allclose(out["compute_mean_s"], [1.5, 1.75])
     np.testing.assert_allclose(out["comm_s"], [0.28, 0.17], atol=1e-12)
     np.testing.assert_allclose(out["elapsed_s"], [2.28, 5.45])
+
+
+def test_a_round_grid_composes_as_its_records_do_and_a_repeated_record_counts_once() -> None:
+    # Prepare: the records, then with round 1 of device 1 repeated (a later copy, ten times as slow) and
+    # device 1 absent from a third round
+    records = _records()
+    third = pd.DataFrame([(2, 1, 0, "pi3b-0", 0.1, 100, 50)], columns=records.columns)
+    repeated = pd.concat([records, records.iloc[[0]].assign(cpu_s=0.5), third], ignore_index=True)
+    compute = np.arange(len(repeated), dtype=float) + 1.0  # per record, in the records' order
+
+    # Execute
+    grid = RoundGrid.of(repeated)
+    out = compose(grid, SLOW, speed_factor=10.0, topology=Topology(**HALF))
+    modelled = compose(grid, SLOW, topology=Topology(**HALF), compute_s=compute)
+
+    # Assert: as composed from the records, the first copy counted; the third round is device 0's alone
+    pd.testing.assert_frame_equal(out, compose(repeated, SLOW, speed_factor=10.0, topology=Topology(**HALF)))
+    np.testing.assert_allclose(out["round_s"][:2], [2.28, 3.17])
+    assert out["epoch"].tolist() == [0, 0, 1]
+    assert out["compute_mean_s"].iloc[2] == pytest.approx(1.0)
+    np.testing.assert_array_equal(modelled["compute_max_s"], [4.0, 3.0, 6.0])  # records 2/4, 3/1, then 6
 
 
 def test_compose_hand_computed_per_device() -> None:
