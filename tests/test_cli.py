@@ -1,8 +1,10 @@
 """The reproduce command: which parameters each profile hands a notebook, and where reports go."""
 
 import json
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from edgelab import cli
@@ -254,3 +256,38 @@ def test_reproduce_logs_library_output_reports_progress_resumes_and_survives_a_f
     assert status["tiny_runs"]["status"] == "done" and status["tiny_fails"]["status"] == "failed"
     assert "RuntimeError: the device caught fire" in status["tiny_fails"]["error"]
     assert not list(reports.glob(".*.progress"))
+
+
+IGNORES_SIGINT = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+
+
+@pytest.mark.notebook
+def test_reproduce_ends_each_kernel_with_every_process_it_started(tmp_path: Path) -> None:
+    # Prepare: a notebook that leaves a child running, as a cluster left open would its devices
+    pid_file = tmp_path / "child.pid"
+    nb = _notebook(
+        tmp_path / "tiny_leaves_a_child.ipynb",
+        # A child that outlives the interrupt the kernel's process group gets first
+        f"import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', {IGNORES_SIGINT!r}])",
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))",
+        "print('last cell ran')",
+    )
+
+    # Execute
+    failed = cli.reproduce("smoke", [nb], reports=tmp_path / "reports")
+
+    # Assert: every output is in, and the child ended with its kernel
+    assert failed == 0
+    assert "last cell ran" in (tmp_path / "reports" / "notebooks" / nb.name).read_text()
+    child = psutil.Process(int(pid_file.read_text()))
+    deadline = time.monotonic() + 10
+    while not _ended(child):
+        assert time.monotonic() < deadline, f"the kernel's child {child.pid} outlived it"
+        time.sleep(0.1)
+
+
+def _ended(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
+    except psutil.NoSuchProcess:
+        return True
