@@ -34,8 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ETH_P_ALL = 0x0003
+SO_SNDBUFFORCE = 32  # Linux: a send buffer above net.core.wmem_max, for root
 SO_RCVBUFFORCE = 33  # Linux: a receive buffer above net.core.rmem_max, for root
 RECEIVE_BUFFER = 8 << 20  # frames waiting while the host's cores are busy elsewhere: ~0.6 s at 100 Mbit/s
+# A written frame is charged to the socket until the token bucket lets it out, so the send buffer must hold
+# the bucket's whole queue: with the default 208 KiB (17 ms at 100 Mbit/s) the socket refused frames that the
+# 50 ms queue had room for, and TCP took them for losses (a 0.64 s transfer stretched to 1.3 s under load).
+SEND_BUFFER = 8 << 20
+BACKLOG_RETRY_S = 0.0005  # the socket's buffer is full: try the held frame again this soon
 MAX_FRAME = 65536
 DRAIN = 256  # frames read from one side per wake-up, so the other side is not starved
 
@@ -76,10 +82,14 @@ class Wire:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         sock.bind((name, ETH_P_ALL))
         sock.setblocking(False)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
-        except PermissionError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        for forced, plain, size in (
+            (SO_RCVBUFFORCE, socket.SO_RCVBUF, RECEIVE_BUFFER),
+            (SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_BUFFER),
+        ):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, forced, size)
+            except PermissionError:
+                sock.setsockopt(socket.SOL_SOCKET, plain, size)
         return sock
 
     def run(self) -> Counts:
@@ -132,14 +142,17 @@ class Wire:
             direction = "B>A" if target == a else "A>B"
             sock = self.sockets[target]
             while queue and queue[0][0] <= now:
-                _, frame = queue.popleft()
                 try:
-                    sock.send(frame)
+                    sock.send(queue[0][1])
                     self.counts.add("forwarded", direction)
+                except BlockingIOError:  # the socket's own buffer is full: hold the frame, as a link's queue would
+                    break
                 except OSError:  # the token bucket's queue is full, or the link is down: the frame is lost
                     self.counts.add("refused", direction)
+                queue.popleft()
             if queue:
-                wait = min(wait, queue[0][0] - now)
+                due_in = queue[0][0] - now
+                wait = min(wait, due_in if due_in > 0 else BACKLOG_RETRY_S)
         return max(wait, 0.0)
 
 
