@@ -39,6 +39,8 @@ DROPOUT = 0.2
 #: Input sizes Keras publishes MobileNetV2 ImageNet weights for.
 IMAGENET_SIZES = (96, 128, 160, 192, 224)
 WEIGHTS_HOST = "storage.googleapis.com"
+# What training without ImageNet weights is: not the whole network from scratch unless phase 2 runs.
+RANDOM_BASE = "random base: phase 1 trains only the head on its frozen features, phase 2 the whole network"
 # Pooled features of the frozen base, by (image size, weights, seed, data digests): see _features.
 _FEATURES: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -49,7 +51,7 @@ class TransferConfig:
 
     classes: tuple[int, ...]
     image_size: int
-    weights: str | None = None  # "imagenet", a weights file, or None (random: from scratch)
+    weights: str | None = None  # "imagenet", a weights file, or None (a random base: see RANDOM_BASE)
     output: str = "softmax"  # softmax over ``classes``; "sigmoid": one Bernoulli unit per class (ensemble)
     dropout: float = DROPOUT
     batch_size: int = 32
@@ -226,7 +228,7 @@ def imagenet_weights(image_size: int, *, data_dir: str | os.PathLike[str] | None
 
     Looks for Keras' own file name (``mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_<size>_no_top.h5``)
     in the data directory, its ``mobilenet_v2/`` folder and ``$KERAS_HOME/models``; then Keras' download
-    when the network may be used (``EDGELAB_OFFLINE`` unset); else ``None``: train from scratch.
+    when the network may be used (``EDGELAB_OFFLINE`` unset); else ``None``: a random base (``RANDOM_BASE``).
 
     Returns
     -------
@@ -242,12 +244,12 @@ def imagenet_weights(image_size: int, *, data_dir: str | os.PathLike[str] | None
         if candidate.is_file():
             return str(candidate), f"ImageNet weights from {candidate}"
     if image_size not in IMAGENET_SIZES:
-        return None, f"none: Keras publishes ImageNet weights for {IMAGENET_SIZES} px only; trained from scratch"
+        return None, f"none: Keras publishes ImageNet weights for {IMAGENET_SIZES} px only; {RANDOM_BASE}"
     if os.environ.get("EDGELAB_OFFLINE") == "1":
-        return None, f"none: {name} not in the data directory and downloads are off; trained from scratch"
+        return None, f"none: {name} not in the data directory and downloads are off; {RANDOM_BASE}"
     try:
         # Keras downloads from here; a machine without network answers in seconds, not a download timeout.
         socket.create_connection((WEIGHTS_HOST, 443), timeout=3.0).close()
     except OSError as exc:
-        return None, f"none: {name} not in the data directory and {WEIGHTS_HOST} unreachable ({exc}); from scratch"
+        return None, f"none: {name} not in the data directory and {WEIGHTS_HOST} unreachable ({exc}); {RANDOM_BASE}"
     return "imagenet", "ImageNet weights from Keras' download"

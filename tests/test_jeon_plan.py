@@ -10,7 +10,7 @@ import pytest
 
 from edgelab.errors import ConfigError, DeviceMemoryError
 from edgelab.experiments import jeon_pipeline as jeon
-from edgelab.transfer import TransferConfig, imagenet_weights, targets
+from edgelab.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, targets
 
 
 def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path) -> None:
@@ -22,7 +22,7 @@ def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path)
     assert len(streams) == 3 * plan.params.repeats and streams[:3] == [("stream", m, 0) for m in jeon.MODES]
     keys = {json.dumps(plan.run_params(r), sort_keys=True) for r in plan.runs}
     assert len(keys) == len(plan.runs)
-    assert plan.weights is None and "from scratch" in plan.weights_source
+    assert plan.weights is None and RANDOM_BASE in plan.weights_source
     # The ensemble's streams depend on the members' training, the others on the ten-class model's
     assert set(plan.run_params(("stream", "ensemble", 0))["training"]) == {f"member-{k}" for k in range(5)}
     assert set(plan.run_params(("stream", "pipeline", 0))["training"]) == {"kcs"}
@@ -65,7 +65,7 @@ def test_imagenet_weights_are_taken_from_the_data_directory(tmp_path: Path, monk
     name = "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_96_no_top.h5"
     (tmp_path / "mobilenet_v2").mkdir()
     (tmp_path / "mobilenet_v2" / name).write_bytes(b"h5")
-    # Execute / Assert: found there at 96 px; at 128 px nothing is found and the model trains from scratch
+    # Execute / Assert: found there at 96 px; at 128 px nothing is found and the model trains on a random base
     assert imagenet_weights(96, data_dir=tmp_path)[0] == str(tmp_path / "mobilenet_v2" / name)
     weights, source = imagenet_weights(128, data_dir=tmp_path)
-    assert weights is None and "from scratch" in source
+    assert weights is None and RANDOM_BASE in source

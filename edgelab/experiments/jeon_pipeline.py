@@ -44,7 +44,7 @@ from edgelab.pipeline.partition import (
     stage_model,
 )
 from edgelab.pipeline.stream import Placement, StreamResult, stream
-from edgelab.transfer import TransferConfig, imagenet_weights, preprocess
+from edgelab.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, preprocess
 
 EXPERIMENT = "jeon_pipeline"
 # 2: device workers run TensorFlow's oneDNN kernels (edgelab.cluster): the same math in another
@@ -333,7 +333,7 @@ def prepare(**kwargs: Any) -> Plan:
         cut = partition(model, params.n_stages, balance=params.split)
     else:
         cut = partition(model, params.n_stages, cuts=list(params.split))
-    weights, source = (None, "none: weights=None, trained from scratch")
+    weights, source = (None, f"none: weights=None; {RANDOM_BASE}")
     if params.weights is not None:
         weights, source = imagenet_weights(params.image_size, data_dir=params.data_dir)
     plan = Plan(params, dataset, profile, cut, weights, source, _runs(params))
