@@ -365,9 +365,9 @@ def _through_wire(
     SO_TIMESTAMP, SO_RCVBUFFORCE = 29, 33  # Linux's; Python's socket module names neither  # noqa: N806
     _veth(f"{PREFIX}q0", f"{PREFIX}q1")
     _veth(f"{PREFIX}q2", f"{PREFIX}q3")
-    if tbf:
-        assert os.system(f"tc qdisc add dev {PREFIX}q2 root tbf {tbf}") == 0
     try:
+        if tbf:
+            assert os.system(f"tc qdisc add dev {PREFIX}q2 root tbf {tbf}") == 0
         into = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
         into.bind((f"{PREFIX}q3", ethertype))
         into.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)  # holds every frame until read
