@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import sys
 from collections.abc import Callable
@@ -42,11 +43,26 @@ def _in_a_forked_child(fn: Callable[[], Any]) -> Any:
     return got
 
 
+def _fresh_resident_block(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of new pages, every one written: resident, and given back to the system on ``close()``.
+
+    Not numpy's (malloc's) memory: a forked child shares its parent's heap,
+    and a large run the parent freed but kept resident serves malloc again
+    without the RSS rising. In CI a 96 MiB array came from such a run of a
+    1.1 GB test worker, and the peak read the same as the RSS after it.
+    """
+    block = mmap.mmap(-1, nbytes)
+    view = np.frombuffer(block, np.uint8)
+    view[:] = 1
+    del view  # the buffer export would keep close() from unmapping
+    return block
+
+
 def _rss_around_64_mib() -> tuple[int, int, int, int]:
     before, psutil_before = process_memory.rss_bytes(), psutil.Process().memory_info().rss
-    block = np.ones(64 * 2**20, np.uint8)  # written, so resident
+    block = _fresh_resident_block(64 * 2**20)
     after, psutil_after = process_memory.rss_bytes(), psutil.Process().memory_info().rss
-    del block
+    block.close()
     return before, psutil_before, after, psutil_after
 
 
@@ -62,8 +78,7 @@ def test_rss_is_what_psutil_reads_and_follows_memory_touched() -> None:
 
 
 def _peak_then_reset() -> tuple[int | None, int | None, int, int]:
-    block = np.ones(96 * 2**20, np.uint8)
-    del block
+    _fresh_resident_block(96 * 2**20).close()
     high = process_memory.peak_bytes()
     assert process_memory.reset_peak()
     low = process_memory.peak_bytes()
@@ -83,9 +98,9 @@ def test_peak_is_vmhwm_and_a_reset_starts_a_new_window() -> None:
 
 
 def _own_and_psutils_rss() -> tuple[int, int]:
-    block = np.ones(48 * 2**20, np.uint8)
+    block = _fresh_resident_block(48 * 2**20)
     read = process_memory.rss_bytes(), psutil.Process().memory_info().rss
-    del block
+    block.close()
     return read
 
 
