@@ -10,7 +10,7 @@ import pytest
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.errors import ConfigError
 from edgelab.pipeline.partition import partition, stage_model
-from edgelab.pipeline.stream import Placement, stream
+from edgelab.pipeline.stream import Placement, StageSpec, stream
 
 
 def _residual_model():  # type: ignore[no-untyped-def]
@@ -68,6 +68,31 @@ def test_ensemble_sends_every_input_to_every_member(cluster: DeviceCluster, imag
     for out in result.outputs:
         np.testing.assert_allclose(out, expected, atol=1e-5, rtol=0)
     assert len(result.sends) == 2 * 4
+
+
+def test_members_given_as_weights_on_one_built_architecture_answer_as_their_own_models(
+    cluster: DeviceCluster, images: np.ndarray
+) -> None:
+    # Prepare: two members of one architecture with different weights; the second only as a StageSpec
+    import keras
+
+    first = _residual_model()
+    keras.utils.set_random_seed(1)
+    second = keras.models.clone_model(first)  # same layers, its own initial weights
+    spec = StageSpec.like(first, second.get_weights())
+    # Execute
+    result = stream(cluster, Placement.ensemble(["a", "b"], cluster.devices), {"a": first, "b": spec}, images)
+    # Assert: the spec member answered exactly as its own model, not as the model its config came from
+    np.testing.assert_allclose(result.outputs[1], second.predict(images, verbose=0), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(result.outputs[0], first.predict(images, verbose=0), atol=1e-5, rtol=0)
+    assert np.abs(result.outputs[1] - result.outputs[0]).max() > 1e-3
+
+
+def test_weights_that_do_not_fit_the_architecture_are_refused() -> None:
+    model = _residual_model()
+    with pytest.raises(ConfigError, match="weights") as err:
+        StageSpec.like(model, model.get_weights()[:-1])
+    assert "shaped as" in str(err.value)
 
 
 def test_a_stage_device_killed_mid_stream_comes_back_and_nothing_is_lost(
