@@ -56,7 +56,14 @@ ensure_venv() {
     # Reinstall only when the venv is new or pyproject.toml changed since the last install.
     if [[ $fresh -eq 1 || ! -f "$STAMP" || "$(cat "$STAMP")" != "$digest" ]]; then
         echo "run.sh: installing edgelab into $VENV (pip install -e .)" >&2
-        "$VENV/bin/python" -m pip install --quiet -e .
+        # pip byte-compiles on one core; compileall writes the same .pyc files on every core
+        # (measured: 171 s for pip alone, 105 s + 43 s this way). A file that does not compile
+        # is skipped, as pip skips it: the .pyc files are only a cache.
+        "$VENV/bin/python" -m pip install --quiet --no-compile -e .
+        local site=()
+        mapfile -t site < <("$VENV/bin/python" -c \
+            'import sysconfig; print(*sorted({sysconfig.get_path(p) for p in ("purelib", "platlib")}), sep="\n")')
+        "$VENV/bin/python" -m compileall -qq -j 0 "${site[@]}" || true
         echo "$digest" >"$STAMP"
     fi
 }
