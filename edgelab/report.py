@@ -99,6 +99,7 @@ def update_manifest(items: list[ReportItem], *, root: Path | None = None, known_
     root = root or reports_dir()
     path = root / "manifest.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"items": {}}
+    before = json.dumps(manifest.get("items"), sort_keys=True)
     entries: dict[str, Any] = manifest.setdefault("items", {})
     for item_id in dict.fromkeys([*catalog.IDS, *(known_ids or [])]):
         entry = entries.get(item_id)
@@ -110,6 +111,8 @@ def update_manifest(items: list[ReportItem], *, root: Path | None = None, known_
         entry["files"] = [str(Path(f).resolve().relative_to(root.resolve())) for f in item.files]
         entries[item.id] = entry
     manifest["items"] = dict(sorted(entries.items()))
+    if path.is_file() and json.dumps(manifest["items"], sort_keys=True) == before:
+        return path  # nothing new: the file and its date stay (drawing the page must not touch a committed manifest)
     manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
     atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
     return path

@@ -56,6 +56,26 @@ def test_every_id_is_listed_in_order_and_the_paper_sized_result_wins(
     assert shown["qiao/fig3-3"].why == "not yet: its notebook has not run here"
 
 
+def test_a_manifest_is_written_again_only_when_an_item_changes(tmp_path: Path) -> None:
+    # Prepare: a manifest with one item, its date set back as a committed one's would be
+    path = update_manifest([_item(tmp_path, "park2020/table1")], root=tmp_path)
+    manifest = json.loads(path.read_text())
+    manifest["updated"] = "2026-01-01T00:00:00+00:00"
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    committed = path.read_bytes()
+
+    # Execute: what drawing the page does (nothing new), then a changed item
+    update_manifest([], root=tmp_path)
+    unchanged = path.read_bytes()
+    update_manifest([_item(tmp_path, "park2020/table1", "differs", "slope off")], root=tmp_path)
+
+    # Assert: the first left the file as it was, byte for byte; the second wrote the item and a new date
+    assert unchanged == committed
+    changed = json.loads(path.read_text())
+    assert changed["items"]["park2020/table1"]["status"] == "differs"
+    assert changed["updated"] != "2026-01-01T00:00:00+00:00"
+
+
 def test_the_page_counts_ids_by_status_and_escapes_what_it_shows(tmp_path: Path) -> None:
     # Prepare: a reason that looks like markup must be shown, not run
     update_manifest([_item(tmp_path, "park2020/table1", "differs", "<script>alert(1)</script> slope")], root=tmp_path)
