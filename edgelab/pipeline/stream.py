@@ -94,7 +94,7 @@ class StageSpec:
     @classmethod
     def like(cls, model: Any, weights: Sequence[np.ndarray]) -> StageSpec:
         """``model``'s architecture with ``weights``, which must match its weights in number and shapes."""
-        want = [tuple(w.shape) for w in model.get_weights()]
+        want = [tuple(w.shape) for w in model.weights]  # in get_weights() order, without copying them
         got = [tuple(np.shape(w)) for w in weights]
         if got != want:
             raise ConfigError("weights", f"{len(got)} arrays", f"{len(want)} arrays shaped as {model.name}'s")
