@@ -47,6 +47,47 @@ def _item(item_id: str, files: list[Path], verdict: policy.Verdict, shown: bool,
     )
 
 
+def time_order_checks(time: pd.Series, noise: Noise, *, repeats: int) -> list[Check]:
+    """C16's time order, KCS < ensemble < single, each gap beyond the noise of repeated runs.
+
+    A gap "beyond the noise" needs the noise: with one run per mode (the
+    smoke profile) the checks are not judged. Judged at a tolerance of 0
+    instead, the ensemble/single check flipped between runs of the same code,
+    since the two times' true ratio is about 1 (0.88-1.06 measured).
+    """
+    kcs_text = f"KCS {time['pipeline']:.3f} s, ensemble {time['ensemble']:.3f} s, single {time['single']:.3f} s"
+    ensemble_text = f"ensemble/single = {time['ensemble'] / time['single']:.2f} (paper 260/580 = 0.45)"
+    why_equal = "each ensemble member runs a whole MobileNetV2 on every image: it cannot beat one board running one"
+    kcs_rule = "KCS below both others by more than the noise (C16)"
+    ensemble_rule = "ensemble below single by more than the noise (C16)"
+    if not noise.measured:
+        unmeasured = (
+            f"{repeats} run per mode: the noise the gaps must exceed is not measured (the full profile repeats)"
+        )
+        return [
+            Check("time: KCS fastest", None, kcs_text, kcs_rule, unmeasured),
+            Check(
+                "time: ensemble faster than single", None, ensemble_text, ensemble_rule, f"{unmeasured}; {why_equal}"
+            ),
+        ]
+    tol = noise.relative
+    return [
+        Check(
+            "time: KCS fastest",
+            bool(time["pipeline"] * (1 + tol) < min(time["single"], time["ensemble"])),
+            kcs_text,
+            kcs_rule,
+        ),
+        Check(
+            "time: ensemble faster than single",
+            bool(time["ensemble"] * (1 + tol) < time["single"]),
+            ensemble_text,
+            ensemble_rule,
+            why_equal,
+        ),
+    ]
+
+
 def render_table1(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem:
     """jeon/table1: accuracy, F1 and processing time of pipeline, ensemble and single, beside the paper's."""
     paper = load_reference("jeon/table1")
@@ -70,22 +111,8 @@ def render_table1(summary: JeonSummary, plan: Plan, **common: Any) -> ReportItem
         )
     table = pd.DataFrame(rows)
     noise = _noise(summary)
-    time = t["processing_s"]
-    tol = noise.relative if noise.measured else 0.0
     checks = [
-        Check(
-            "time: KCS fastest",
-            bool(time["pipeline"] * (1 + tol) < min(time["single"], time["ensemble"])),
-            f"KCS {time['pipeline']:.3f} s, ensemble {time['ensemble']:.3f} s, single {time['single']:.3f} s",
-            "KCS below both others by more than the noise (C16)",
-        ),
-        Check(
-            "time: ensemble faster than single",
-            bool(time["ensemble"] * (1 + tol) < time["single"]),
-            f"ensemble/single = {time['ensemble'] / time['single']:.2f} (paper 260/580 = 0.45)",
-            "ensemble below single by more than the noise (C16)",
-            "each ensemble member runs a whole MobileNetV2 on every image: it cannot beat one board running one",
-        ),
+        *time_order_checks(t["processing_s"], noise, repeats=int(t["repeats"].min())),
         Check(
             "accuracy: ensemble > KCS > single",
             None,
