@@ -49,8 +49,8 @@ find_python() {
     return 1
 }
 
-# Install edgelab and its dependencies into $VENV, byte-compiled. uv resolves the same versions as
-# pip and installs them in about 40 s where pip takes about 150 (measured on a new .venv, 2026-11-28);
+# Install edgelab and its dependencies into $VENV, byte-compiled. uv resolves the versions pip does
+# (README: the one exception) and a new .venv takes 45-86 s where pip takes 192 (measured 2026-11-28);
 # pip does it where uv cannot be had (no wheel for this machine, no index) or EDGELAB_INSTALLER=pip.
 install_project() {
     local log
