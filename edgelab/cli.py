@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -313,9 +314,15 @@ def reproduce(
             # Until it finishes, the report says it did not (an interruption leaves it so).
             status.record(nb, "started", profile=profile)
             progress_path = reports / f".{nb.stem}.progress"
-            os.environ[progress.ENV] = str(progress_path)
+            # The kernel and every process it starts keep their temporary files (TensorFlow's traced
+            # functions, Dask's spill space) in a folder of the notebook's, removed when it ends: a killed
+            # kernel removes nothing itself, and 19 notebooks left hundreds of files in /tmp a run.
+            scratch = tempfile.TemporaryDirectory(prefix=f"edgelab-{nb.stem}-", ignore_cleanup_errors=True)
             try:
-                with progress.Follower(progress_path, on_runs):
+                with (
+                    progress.Follower(progress_path, on_runs),
+                    _environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
+                ):
                     # Every cell's output is in when the last cell ends, so the kernel is killed, its process
                     # group with it (fork server, any device left running), instead of asked to exit: a kernel
                     # with TensorFlow loaded takes 2-3 s to exit gracefully, 19 times a run.
@@ -335,13 +342,28 @@ def reproduce(
                 status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=profile)
                 continue
             finally:
-                os.environ.pop(progress.ENV, None)
+                scratch.cleanup()
                 progress_path.unlink(missing_ok=True)
                 bar.update()
             seconds = time.perf_counter() - start
             say(f"edgelab: {nb.name} done in {seconds:.0f} s")
             status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
     return failures
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in this process's environment (a kernel started meanwhile inherits them), then restore it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _one_line(exc: BaseException) -> str:

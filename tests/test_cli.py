@@ -1,6 +1,8 @@
 """The reproduce command: which parameters each profile hands a notebook, and where reports go."""
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -190,7 +192,6 @@ def test_a_notebook_is_up_to_date_only_after_it_ran_to_the_end_here_with_the_sam
 
 
 def test_library_output_of_children_goes_to_the_log_not_the_console(tmp_path: Path) -> None:
-    import os
     import subprocess
     import sys
 
@@ -284,6 +285,32 @@ def test_reproduce_ends_each_kernel_with_every_process_it_started(tmp_path: Path
     while not _ended(child):
         assert time.monotonic() < deadline, f"the kernel's child {child.pid} outlived it"
         time.sleep(0.1)
+
+
+@pytest.mark.notebook
+def test_reproduce_removes_what_a_kernel_left_in_its_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: a notebook that leaves a file in its temporary folder, as TensorFlow's traced functions are left
+    # by a killed kernel, and says where
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process read TMPDIR already
+    where = tmp_path / "where.txt"
+    nb = _notebook(
+        tmp_path / "tiny_leaves_a_file.ipynb",
+        "import tempfile\nleft = tempfile.NamedTemporaryFile(suffix='.py', delete=False)",
+        f"open({str(where)!r}, 'w').write(left.name)",
+    )
+
+    # Execute
+    failed = cli.reproduce("smoke", [nb], reports=tmp_path / "reports")
+
+    # Assert: the file went to a folder of the notebook's own, which is gone; this process's TMPDIR is as it was
+    assert failed == 0
+    left = Path(where.read_text())
+    assert left.parent.parent == tmp_path and left.parent.name.startswith("edgelab-tiny_leaves_a_file-")
+    assert not left.parent.exists()
+    assert os.environ["TMPDIR"] == str(tmp_path)
 
 
 def _ended(process: psutil.Process) -> bool:
