@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from edgelab import catalog, progress, report_page
+from edgelab.environ import environment
 from edgelab.errors import ConfigError
 from edgelab.paths import REPO_ROOT, cache_dir, reports_dir
 from edgelab.report import update_manifest
@@ -321,7 +322,7 @@ def reproduce(
             try:
                 with (
                     progress.Follower(progress_path, on_runs),
-                    _environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
+                    environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
                 ):
                     # Every cell's output is in when the last cell ends, so the kernel is killed, its process
                     # group with it (fork server, any device left running), instead of asked to exit: a kernel
@@ -349,21 +350,6 @@ def reproduce(
             say(f"edgelab: {nb.name} done in {seconds:.0f} s")
             status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
     return failures
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set ``values`` in this process's environment (a kernel started meanwhile inherits them), then restore it."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _one_line(exc: BaseException) -> str:

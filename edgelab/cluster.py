@@ -61,6 +61,7 @@ from distributed.utils import get_mp_context
 
 from edgelab import cluster_log, device_scheduling, runtime
 from edgelab.devices import DeviceProfile, get_profile
+from edgelab.environ import environment
 from edgelab.errors import ClusterError, ConfigError
 
 # Generous: the device budget is accounted separately (see module docstring).
@@ -120,16 +121,8 @@ def _use_start_method(method: str, env: dict[str, str]) -> None:
         return
     get_mp_context()  # Dask sets its own preload list once; ours, set after it, is the one used
     multiprocessing.get_context("forkserver").set_forkserver_preload(_FORKSERVER_PRELOAD)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         multiprocessing.forkserver.ensure_running()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def start_device_launcher(scheduler_address: str | None = None) -> None:
