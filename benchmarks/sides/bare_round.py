@@ -19,6 +19,11 @@ slowest device's step wall, or the devices' step CPU over the host's cores
 when they outnumber them). What is left is what moving the bytes, waking the
 processes and the mean cost on this host with Python at both ends: a floor
 under any implementation of the round, edgelab's included.
+
+:func:`run_bare_in_workers` runs the same devices as threads in edgelab's own
+device workers: the processes a round channel's device answers in, with none
+of edgelab's code on the round's path. Beside the plain processes it says
+what hosting a device in a Dask worker costs a round.
 """
 
 from __future__ import annotations
@@ -50,15 +55,21 @@ def _recv_into(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int) -> None:
-    """A device: connect to the client, then train one batch per weights received until it closes."""
-    os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int, own_process: bool = True) -> None:
+    """A device: connect to the client, then train one batch per weights received until it closes.
+
+    ``own_process``: a process of its own, set up as edgelab's device workers are; else a thread in one of
+    them, which already is.
+    """
+    if own_process:
+        os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from edgelab import device_scheduling, runtime
     from edgelab.models import ModelSpec
     from edgelab.wire import Flat, aligned_empty, pack
 
-    device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
+    if own_process:
+        device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
     model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
     shard = runtime._Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
@@ -85,32 +96,76 @@ def run_bare(
 
     ``x`` (uint8 images) and ``y`` are split into ``n`` shards, one per device.
     """
+    ctx = multiprocessing.get_context("spawn")
+    devices: list[Any] = []
+
+    def start(port: int) -> None:
+        for i, s in _shards(n, y):
+            devices.append(ctx.Process(target=serve, args=(port, x[s], y[s], i, batch, 0), daemon=True))
+            devices[-1].start()
+
+    try:
+        return _connect_and_run(n, start, rounds=rounds, repeats=repeats, batch=batch)
+    finally:
+        for device in devices:
+            device.join(30)
+            if device.is_alive():
+                device.kill()
+
+
+def run_bare_in_workers(
+    client: Any, workers: list[str], x: np.ndarray, y: np.ndarray, *, rounds: int, repeats: int, batch: int = 64
+) -> list[dict[str, Any]]:
+    """As :func:`run_bare`, each device a thread in one of ``workers`` (edgelab's device workers, by name).
+
+    The same processes a round channel's device answers in (a Dask worker, its
+    event loop, heartbeats and threads, its GIL, its scheduling policy) with
+    none of edgelab's code on the round's path: what hosting a device in a
+    Dask worker costs a round, beside :func:`run_bare`'s plain processes.
+    """
+    import site
+
+    known = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    addresses = [known[name] for name in workers]
+    # The workers import this module by name, from this folder.
+    client.run(site.addsitedir, os.path.dirname(os.path.abspath(__file__)), workers=addresses)
+
+    def start(port: int) -> None:
+        for (i, s), address in zip(_shards(len(workers), y), addresses, strict=True):
+            client.run(serve_on_thread, port, x[s], y[s], i, batch, 0, workers=[address])
+
+    # The device threads end when their sockets close.
+    return _connect_and_run(len(workers), start, rounds=rounds, repeats=repeats, batch=batch)
+
+
+def serve_on_thread(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int) -> None:
+    """:func:`serve` on a daemon thread of this process (a Dask worker's, run with ``client.run``)."""
+    import threading
+
+    threading.Thread(target=serve, args=(port, x, y, index, batch, seed, False), daemon=True).start()
+
+
+def _shards(n: int, y: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    return list(enumerate(np.array_split(np.arange(len(y)), n)))
+
+
+def _connect_and_run(n: int, start: Any, *, rounds: int, repeats: int, batch: int) -> list[dict[str, Any]]:
+    """Listen, ``start(port)`` the ``n`` devices, accept them, then ``repeats`` runs of ``rounds`` rounds."""
     from edgelab.models import ModelSpec, build_model
     from edgelab.wire import pack
 
     cores = len(os.sched_getaffinity(0))
     _, (initial,) = pack(build_model(ModelSpec("mlp")).get_weights())
-    ctx = multiprocessing.get_context("spawn")
     with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        shards = np.array_split(np.arange(len(y)), n)
-        devices = [
-            ctx.Process(target=serve, args=(port, x[s], y[s], i, batch, 0), daemon=True) for i, s in enumerate(shards)
-        ]
-        for device in devices:
-            device.start()
+        start(server.getsockname()[1])
         socks = [server.accept()[0] for _ in range(n)]  # in the order they connect: the shards are alike
+    try:
         for sock in socks:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
         return [_rounds(socks, initial.copy(), rounds, batch, cores) for _ in range(repeats)]
     finally:
         for sock in socks:
             sock.close()
-        for device in devices:
-            device.join(30)
-            if device.is_alive():
-                device.kill()
 
 
 def _rounds(socks: list[socket.socket], weights: np.ndarray, rounds: int, batch: int, cores: int) -> dict[str, Any]:
