@@ -11,14 +11,18 @@ A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
    seconds over the cores, whichever is longer. Floor = one round trip on the
    transport the side uses (a small call on a round channel, or a worker's
    ``identity`` on Dask's comms) + the raw loopback transfer of the round's
-   bytes (a plain TCP echo in another process). Target: overhead <= 1.5x the
+   bytes (``sides/raw_loopback.py``: sent whole to a plain TCP echo and back
+   whole, between two small processes of their own, measured again each
+   repeat). Target: overhead <= 1.5x the
    floor for 2, 5 and 10 devices. Beside it, the same bytes echoed by the
    devices on each transport, and the parameter server's own arithmetic (the
    mean of the updates, on the client). Rounds/s and host CPU per round (every
    process of the cluster) show how the cost scales (``sync.png``). Beside
    them, the least plumbing the round can have (``sides/bare_round.py``: the
    same device step in plain processes on plain sockets, the same mean): what
-   this host allows any implementation, edgelab's included.
+   this host allows any implementation, edgelab's included; and the same bare
+   devices as threads in edgelab's device workers, to tell what the Dask
+   worker hosting a device costs from what edgelab's own code does.
 B. Synchronous SGD beside TensorFlow's MultiWorkerMirroredStrategy (2 local
    processes, ring all-reduce, ``sides/mwms_worker.py``): the same MLP,
    digits, seed, batch 64 per worker and one TensorFlow thread per process.
@@ -57,14 +61,13 @@ import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from bare_round import run_bare  # noqa: E402
+from bare_round import run_bare, run_bare_in_workers  # noqa: E402
 from bench_training import host_info  # noqa: E402
 from distributed.protocol import to_serialize  # noqa: E402
 
@@ -101,41 +104,16 @@ def check_peers(peers: list[str]) -> None:
 # ------------------------------------------------------------------ floor ----
 
 
-def _echo_server(port_out: Any) -> None:
-    """Accept one connection on loopback and send back every byte it receives."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port_out.put(server.getsockname()[1])
-        conn, _ = server.accept()
-        with conn:
-            buf = bytearray(1 << 20)
-            while n := conn.recv_into(buf):
-                conn.sendall(memoryview(buf)[:n])
+def raw_loopback_s(nbytes: int, *, repeats: int = 30) -> float:
+    """Median seconds to send ``nbytes`` to another process over loopback TCP and have them all sent back.
 
-
-def raw_loopback_s(nbytes: int, *, repeats: int = 20) -> float:
-    """Median seconds to send ``nbytes`` to another process over loopback TCP and get them all back."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    ports = ctx.Queue()
-    child = ctx.Process(target=_echo_server, args=(ports,), daemon=True)
-    child.start()
-    payload = bytes(nbytes)
-    back = bytearray(nbytes)
-    times = []
-    with socket.create_connection(("127.0.0.1", ports.get(timeout=60))) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            sender = threading.Thread(target=sock.sendall, args=(payload,))
-            sender.start()
-            view, got = memoryview(back), 0
-            while got < nbytes:
-                got += sock.recv_into(view[got:])
-            sender.join()
-            times.append(time.perf_counter() - start)
-    child.terminate()
-    return float(statistics.median(times[1:]))
+    Measured by two small processes of their own (``sides/raw_loopback.py``), not from this one.
+    """
+    script = Path(__file__).resolve().parent / "sides" / "raw_loopback.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(nbytes), str(repeats)], capture_output=True, text=True, check=True
+    )
+    return float(_json_line(done.stdout)["seconds"])
 
 
 def comm_round_trip_s(cluster: DeviceCluster, *, repeats: int = 200) -> float:
@@ -268,10 +246,12 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
             # Every device walks the same number of batches: one round per batch, `rounds` rounds.
             cfg = TrainConfig(model="mlp", n_devices=n, batch_size=BATCH, worker_data="full")
             train(cluster, data.limited(sample_limit=4 * BATCH, test_limit=100), cfg, log=lambda _: None)
-            raw_ms = 1e3 * raw_loopback_s(n * payload)
             echo_ms = 1e3 * comm_echo_s(cluster, n, payload)
             channel_echo_ms = 1e3 * channel_echo_s(cluster, n, payload)
+            raws = []
             for rep in range(repeats):
+                # The floor's transfer, measured again each repeat: over a few minutes it moves (2x for MBs).
+                raws.append(raw_ms := 1e3 * raw_loopback_s(n * payload))
                 for side in SIDES_A if rep % 2 == 0 else SIDES_A[::-1]:
                     on_dask = side in ("direct-dask", "scheduler")
                     os.environ[CHANNELS_ENV] = "0" if side == "direct-dask" else "1"
@@ -303,15 +283,28 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                     )
             os.environ.pop(CHANNELS_ENV, None)
             # The same rounds with none of edgelab's plumbing, on the same host in the same minutes.
-            for run in run_bare(n, data.x_train, data.y_train, rounds=rounds, repeats=repeats, batch=BATCH):
-                run.update(floor_ms=out["channel_rtt_ms"] + raw_ms)
-                run["overhead_over_floor"] = run["overhead_ms"] / run["floor_ms"]
-                out["bare"].append(run)
-                print(
-                    f"[A] {n:2d} devices bare       : {run['round_ms']:6.2f} ms/round, overhead "
-                    f"{run['overhead_ms']:5.2f} ms = {run['overhead_over_floor']:.2f}x floor {run['floor_ms']:.2f} ms",
-                    flush=True,
-                )
+            # And in edgelab's device workers, a thread each: what hosting a device in a Dask worker costs.
+            bare = run_bare(n, data.x_train, data.y_train, rounds=rounds, repeats=repeats, batch=BATCH)
+            hosted = run_bare_in_workers(
+                cluster.client,
+                cluster.devices[:n],
+                data.x_train,
+                data.y_train,
+                rounds=rounds,
+                repeats=repeats,
+                batch=BATCH,
+            )
+            for where, runs in (("processes", bare), ("workers", hosted)):
+                for run in runs:
+                    run.update(floor_ms=out["channel_rtt_ms"] + statistics.median(raws), hosts=where)
+                    run["overhead_over_floor"] = run["overhead_ms"] / run["floor_ms"]
+                    out["bare"].append(run)
+                    print(
+                        f"[A] {n:2d} devices bare, {where:9s}: {run['round_ms']:6.2f} ms/round, overhead "
+                        f"{run['overhead_ms']:5.2f} ms = {run['overhead_over_floor']:.2f}x floor "
+                        f"{run['floor_ms']:.2f} ms",
+                        flush=True,
+                    )
     return out
 
 
@@ -465,6 +458,8 @@ def summarize_rounds(part: dict[str, Any]) -> list[dict[str, Any]]:
                 "cores_busy",
             ):
                 row[key] = float(statistics.median(c[key] for c in cells))
+            floors = [c["floor_ms"] for c in cells]
+            row["floor_min_ms"], row["floor_max_ms"] = min(floors), max(floors)
             row["target_met"] = None if n == 1 else row["overhead_over_floor"] <= OVERHEAD_TARGET
             rows.append(row)
     return rows
@@ -475,17 +470,26 @@ def summarize_bare(part: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     direct = {r["devices"]: r for r in summarize_rounds(part) if r["transport"] == "direct"}
     for n in DEVICE_COUNTS:
-        runs = [r for r in part.get("bare", []) if r["devices"] == n]
+        # Runs of results saved before the bare devices ran in the workers too were all processes.
+        runs = [r for r in part.get("bare", []) if r["devices"] == n and r.get("hosts", "processes") == "processes"]
         if not runs:
             continue
         row = {"devices": n}
         for key in ("round_ms", "compute_ms", "overhead_ms", "floor_ms", "overhead_over_floor"):
             row[key] = float(statistics.median(r[key] for r in runs))
+        hosted = [r["overhead_ms"] for r in part["bare"] if r["devices"] == n and r.get("hosts") == "workers"]
+        row["in_workers_overhead_ms"] = float(statistics.median(hosted)) if hosted else float("nan")
         if n in direct:
             row["direct_overhead_ms"] = direct[n]["overhead_ms"]
             row["direct_excess_ms"] = direct[n]["overhead_ms"] - row["overhead_ms"]
         rows.append(row)
     return rows
+
+
+def _range(row: dict[str, Any]) -> str:
+    """`` (min-max)`` of the row's floor over its repeats, when it moved; results saved before have none."""
+    lo, hi = row.get("floor_min_ms"), row.get("floor_max_ms")
+    return f" ({lo:.2f}-{hi:.2f})" if lo is not None and hi is not None and hi - lo >= 0.005 else ""
 
 
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
@@ -538,7 +542,10 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
             f"Floor = one round trip on the side's transport (a round channel: {a['channel_rtt_ms']:.3f} ms; "
             f"Dask's comms, for scheduler and direct-dask: {a['rtt_ms']:.3f} ms) + the raw loopback TCP transfer "
-            "of the round's bytes. Target: overhead <= 1.5x floor for 2, 5 and 10 devices. Echo = the same bytes "
+            "of the round's bytes (``sides/raw_loopback.py``: sent whole to another process and back whole, "
+            "between two small processes of their own; measured again each repeat, beside that repeat's runs, "
+            "and its range over the repeats in brackets). Target: overhead <= 1.5x floor for 2, 5 and 10 "
+            "devices. Echo = the same bytes "
             "sent to the round's devices at once and echoed back on the side's transport (no training): what "
             "moving them costs there. Server = the parameter server's mean of the updates, on the client "
             "(part of the overhead; the floor has no arithmetic).",
@@ -551,7 +558,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             target = "-" if r["target_met"] is None else ("yes" if r["target_met"] else "no")
             lines.append(
                 f"| {r['devices']} | {r['transport']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | "
-                f"{r['overhead_ms']:.2f} | {r['server_ms']:.2f} | {r['floor_ms']:.2f} | "
+                f"{r['overhead_ms']:.2f} | {r['server_ms']:.2f} | {r['floor_ms']:.2f}{_range(r)} | "
                 f"{r['overhead_over_floor']:.2f} | {target} | {r['echo_ms']:.2f} | {r['overhead_over_echo']:.2f} | "
                 f"{r['rounds_per_s']:.1f} | {r['host_cpu_ms_per_round']:.1f} | {r['cores_busy']:.2f} | "
                 f"{r['bytes_per_round'] / 1e6:.2f} |"
@@ -574,16 +581,19 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "client sends the raw weights, receives each delta into a buffer of its own and sums the float64 "
                 "mean in preallocated buffers. No Dask, no pickles, no records, no checks, no recovery. Its overhead "
                 "is what moving the bytes, waking the processes and the mean cost here with Python at both ends: "
-                "a floor under any implementation. Floor as for the round channels.",
+                "a floor under any implementation. Floor as for the round channels. In workers = the same bare "
+                "devices, each a thread in one of edgelab's device workers (the processes a round channel's device "
+                "answers in: Dask's event loop, heartbeats and threads, the GIL, the scheduling policy) with none of "
+                "edgelab's code on the round's path.",
                 "",
                 "| devices | round ms | compute ms | overhead ms | floor ms | overhead / floor | "
-                "direct's overhead ms | direct - bare ms |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "in workers: overhead ms | direct's overhead ms | direct - bare ms |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in bare:
                 lines.append(
                     f"| {r['devices']} | {r['round_ms']:.2f} | {r['compute_ms']:.2f} | {r['overhead_ms']:.2f} | "
-                    f"{r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | "
+                    f"{r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {r['in_workers_overhead_ms']:.2f} | "
                     f"{r.get('direct_overhead_ms', float('nan')):.2f} | {r.get('direct_excess_ms', float('nan')):.2f} |"
                 )
     if "mwms" in results:

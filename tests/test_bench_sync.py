@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,48 @@ def test_a_rounds_wall_is_its_period_to_the_next_rounds_start_where_the_records_
     assert costs["call_ms"] == pytest.approx(10.0)
 
 
+def test_the_raw_loopback_floor_moves_real_bytes_and_grows_with_them(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Execute: the floor's transfer of nothing, and of 4 MB, each by two processes of their own
+    empty = bench_sync.raw_loopback_s(0, repeats=5)
+    large = bench_sync.raw_loopback_s(4_000_000, repeats=5)
+
+    # Assert: both were measured; sending 4 MB out and back takes longer than an empty message's round trip
+    assert 0 < empty < large
+
+
+def test_a_floor_that_moved_between_repeats_shows_its_range(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: two repeats of the direct transport at 2 devices, the floor measured 1.0 and 1.4 ms
+    base = {k: 1.0 for k in ("round_ms", "compute_ms", "server_ms", "echo_ms", "overhead_over_echo", "rounds_per_s")}
+    base |= {k: 1.0 for k in ("host_cpu_ms_per_round", "device_cpu_ms", "bytes_per_round", "cores_busy")}
+    cells = [
+        {**base, "devices": 2, "transport": "direct", "overhead_ms": 1.5, "floor_ms": f, "overhead_over_floor": 1.5 / f}
+        for f in (1.0, 1.4)
+    ]
+
+    # Execute
+    (row,) = bench_sync.summarize_rounds({"cells": cells})
+    markdown = bench_sync.render_markdown(_results_with({"cells": cells, "bare": []}, bench_sync))
+
+    # Assert: the median floor, its range beside it, and the verdict on the median ratio
+    assert (row["floor_ms"], row["floor_min_ms"], row["floor_max_ms"]) == pytest.approx((1.2, 1.0, 1.4))
+    assert row["overhead_over_floor"] == pytest.approx((1.5 + 1.5 / 1.4) / 2)
+    assert "| 1.20 (1.00-1.40) |" in markdown
+
+
+def test_the_raw_loopback_script_refuses_a_negative_size() -> None:
+    # Execute: the side script itself, asked for -1 bytes
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sides" / "raw_loopback.py"), "-1"], capture_output=True, text=True
+    )
+
+    # Assert: it fails naming the value, and measures nothing
+    assert done.returncode != 0
+    assert "nbytes=-1" in done.stderr
+    assert "seconds" not in done.stdout
+
+
 def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transport(bench_sync) -> None:  # type: ignore[no-untyped-def]
     # Prepare: a few digits for two bare devices (real processes, real sockets, edgelab's own step)
     rng = np.random.default_rng(0)
@@ -134,6 +177,43 @@ def test_the_bare_reference_runs_real_rounds_and_is_set_beside_the_direct_transp
     assert row["overhead_ms"] == pytest.approx(bare_median)
     assert row["direct_excess_ms"] == pytest.approx(3.0 - bare_median)
     assert "least plumbing" in bench_sync.render_markdown(_results_with(part, bench_sync))
+
+
+def test_the_bare_devices_also_run_in_edgelabs_device_workers_and_leave_them_as_they_were(bench_sync, cluster) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a few digits, the module's two device workers, the threads each runs now
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, 256).astype(np.int64)
+    threads_before = cluster.client.run(lambda: __import__("threading").active_count())
+
+    # Execute: the bare rounds with each device a thread in a device worker
+    runs = bench_sync.run_bare_in_workers(cluster.client, cluster.devices[:2], x, y, rounds=10, repeats=2, batch=32)
+
+    # Assert: real rounds were measured; once the sockets closed, each worker's device thread ended
+    assert [r["devices"] for r in runs] == [2, 2]
+    assert all(r["rounds"] == 10 and 0 < r["compute_ms"] < r["round_ms"] for r in runs)
+    deadline = time.monotonic() + 10
+    while cluster.client.run(lambda: __import__("threading").active_count()) != threads_before:
+        assert time.monotonic() < deadline, "a bare device thread outlived its socket"
+        time.sleep(0.1)
+
+    # Execute: the summary of processes and workers side by side
+    part = {
+        "bare": [
+            {"devices": 2, "round_ms": 3.0, "compute_ms": 2.0, "overhead_ms": 1.0, "floor_ms": 1.0},
+            {**runs[0], "floor_ms": 1.0, "hosts": "workers"},
+            {**runs[1], "floor_ms": 1.0, "hosts": "workers"},
+        ],
+        "cells": [],
+    }
+    for run in part["bare"]:
+        run["overhead_over_floor"] = run["overhead_ms"]
+    (row,) = bench_sync.summarize_bare(part)
+
+    # Assert: a run without a host is one of plain processes (results saved before); the workers' apart
+    assert row["overhead_ms"] == 1.0
+    assert row["in_workers_overhead_ms"] == pytest.approx(np.median([r["overhead_ms"] for r in runs]))
+    assert "In workers" in bench_sync.render_markdown(_results_with(part, bench_sync))
 
 
 def _results_with(part, bench_sync):  # type: ignore[no-untyped-def]
