@@ -38,21 +38,12 @@ import time
 from typing import Any
 
 import numpy as np
+from raw_loopback import recv_exactly  # this folder is on the path wherever this module runs
 
 #: A device's reply head: its step's wall and CPU seconds.
 TIMES = struct.Struct("!dd")
 #: Rounds before the measured ones (TensorFlow's and the sockets' first rounds).
 WARMUP = 20
-
-
-def _recv_into(sock: socket.socket, view: memoryview) -> bool:
-    got = 0
-    while got < view.nbytes:
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            return False
-        got += n
-    return True
 
 
 def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int, own_process: bool = True) -> None:
@@ -78,7 +69,7 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         step = 0
-        while _recv_into(sock, memoryview(buffer)):
+        while recv_exactly(sock, memoryview(buffer)):
             per_epoch = len(shard) // batch
             order = shard.order(seed, index, step // per_epoch)
             start = step % per_epoch * batch
@@ -188,8 +179,8 @@ def _rounds(socks: list[socket.socket], weights: np.ndarray, rounds: int, batch:
             while folded < n:
                 for key, _ in selector.select():
                     i = key.data
-                    _recv_into(socks[i], memoryview(heads[i]))
-                    _recv_into(socks[i], memoryview(replies[i]).cast("B"))
+                    recv_exactly(socks[i], memoryview(heads[i]))
+                    recv_exactly(socks[i], memoryview(replies[i]).cast("B"))
                     times[i] = TIMES.unpack(heads[i])
                     arrived.add(i)
                     while folded in arrived:  # in device order, as edgelab's running mean sums
