@@ -275,12 +275,7 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                     cell["overhead_over_floor"] = cell["overhead_ms"] / cell["floor_ms"]
                     cell["overhead_over_echo"] = cell["overhead_ms"] / cell["echo_ms"]
                     out["cells"].append(cell)
-                    print(
-                        f"[A] {n:2d} devices {side:11s}: {cell['round_ms']:6.2f} ms/round, overhead "
-                        f"{cell['overhead_ms']:5.2f} ms = {cell['overhead_over_floor']:.2f}x floor "
-                        f"{cell['floor_ms']:.2f} ms, host CPU {cell['host_cpu_ms_per_round']:.1f} ms/round",
-                        flush=True,
-                    )
+                    _say(f"{n:2d} devices {side:11s}", cell, f", host CPU {cell['host_cpu_ms_per_round']:.1f} ms/round")
             os.environ.pop(CHANNELS_ENV, None)
             # The same rounds with none of edgelab's plumbing, on the same host in the same minutes.
             # And in edgelab's device workers, a thread each: what hosting a device in a Dask worker costs.
@@ -299,13 +294,17 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                     run.update(floor_ms=out["channel_rtt_ms"] + statistics.median(raws), hosts=where)
                     run["overhead_over_floor"] = run["overhead_ms"] / run["floor_ms"]
                     out["bare"].append(run)
-                    print(
-                        f"[A] {n:2d} devices bare, {where:9s}: {run['round_ms']:6.2f} ms/round, overhead "
-                        f"{run['overhead_ms']:5.2f} ms = {run['overhead_over_floor']:.2f}x floor "
-                        f"{run['floor_ms']:.2f} ms",
-                        flush=True,
-                    )
+                    _say(f"{n:2d} devices bare, {where:9s}", run)
     return out
+
+
+def _say(label: str, run: dict[str, Any], more: str = "") -> None:
+    """A part-A run's progress line: its round, overhead and floor."""
+    print(
+        f"[A] {label}: {run['round_ms']:6.2f} ms/round, overhead {run['overhead_ms']:5.2f} ms = "
+        f"{run['overhead_over_floor']:.2f}x floor {run['floor_ms']:.2f} ms{more}",
+        flush=True,
+    )
 
 
 # ----------------------------------------------------------------- peers ----
