@@ -35,6 +35,7 @@ import socket
 import statistics
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ from raw_loopback import recv_exactly  # this folder is on the path wherever thi
 TIMES = struct.Struct("!dd")
 #: Rounds before the measured ones (TensorFlow's and the sockets' first rounds).
 WARMUP = 20
+#: How long the devices may take to connect (spawned ones import TensorFlow first).
+ACCEPT_TIMEOUT_S = 300.0
 
 
 def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed: int, own_process: bool = True) -> None:
@@ -140,7 +143,9 @@ def _shards(n: int, y: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return list(enumerate(np.array_split(np.arange(len(y)), n)))
 
 
-def _connect_and_run(n: int, start: Any, *, rounds: int, repeats: int, batch: int) -> list[dict[str, Any]]:
+def _connect_and_run(
+    n: int, start: Callable[[int], None], *, rounds: int, repeats: int, batch: int
+) -> list[dict[str, Any]]:
     """Listen, ``start(port)`` the ``n`` devices, accept them, then ``repeats`` runs of ``rounds`` rounds."""
     from edgelab.models import ModelSpec, build_model
     from edgelab.wire import pack
@@ -148,6 +153,7 @@ def _connect_and_run(n: int, start: Any, *, rounds: int, repeats: int, batch: in
     cores = len(os.sched_getaffinity(0))
     _, (initial,) = pack(build_model(ModelSpec("mlp")).get_weights())
     with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(ACCEPT_TIMEOUT_S)  # a device that never connects fails the run rather than hanging it
         start(server.getsockname()[1])
         socks = [server.accept()[0] for _ in range(n)]  # in the order they connect: the shards are alike
     try:
