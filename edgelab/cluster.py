@@ -51,6 +51,7 @@ import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,6 +197,8 @@ class DeviceCluster:
     emulated: bool
     local_cluster: LocalCluster | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: The folder the devices we started keep their temporary files in, removed when the cluster closes.
+    scratch: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def dashboard_link(self) -> str:
@@ -243,6 +246,8 @@ class DeviceCluster:
         self.client.close()
         if self.local_cluster is not None:
             self.local_cluster.close()
+        if self.scratch is not None:
+            self.scratch.cleanup()
 
     def __enter__(self) -> DeviceCluster:
         return self
@@ -303,8 +308,10 @@ def _start_local(
     start_method: str,
 ) -> DeviceCluster:
     workers = {name: WorkerSpec(TIER) for name in device_names(profile, n_devices)}
-    client, cluster, info = start_workers(workers, worker_memory_limit, dashboard_address, timeout_s, start_method)
-    return DeviceCluster(client, list(workers), profile, True, cluster, info)
+    client, cluster, info, scratch = start_workers(
+        workers, worker_memory_limit, dashboard_address, timeout_s, start_method
+    )
+    return DeviceCluster(client, list(workers), profile, True, cluster, info, scratch)
 
 
 @dataclass(frozen=True)
@@ -321,13 +328,18 @@ def start_workers(
     dashboard_address: str,
     timeout_s: float,
     start_method: str,
-) -> tuple[Client, LocalCluster, dict[str, Any]]:
+) -> tuple[Client, LocalCluster, dict[str, Any], tempfile.TemporaryDirectory[str]]:
     """A local cluster with one single-threaded worker process per device, named and resourced as ``workers`` say.
 
     Every worker carries the resources ``device-<name>`` and ``tier-<tier>``,
     so work is pinned to a device or a tier by resource, never by address.
+    Returned with the folder the workers keep their temporary files in, for
+    the caller to remove when it closes the cluster.
     """
     env = _device_env()
+    # A device worker is a multiprocessing child: it ends without running atexit, so TensorFlow never removes
+    # the source files its autograph wrote (a test run left a dozen in /tmp, and every killed device adds its own).
+    scratch = tempfile.TemporaryDirectory(prefix="edgelab-devices-", ignore_cleanup_errors=True)
     _use_start_method(start_method, env)
     log = cluster_log.log_path()
     cluster_log.to_file(log)  # the scheduler's and the nannies' records: they run in this process
@@ -349,7 +361,7 @@ def start_workers(
                 nthreads=1,
                 memory_limit=worker_memory_limit,
                 resources={device_resource(name): 1, tier_resource(worker.tier): 1},
-                env={**env, "TF_NUM_INTRAOP_THREADS": threads, "OMP_NUM_THREADS": threads},
+                env={**env, "TF_NUM_INTRAOP_THREADS": threads, "OMP_NUM_THREADS": threads, "TMPDIR": scratch.name},
             )
             cluster.worker_spec[name] = spec
         cluster.scale(len(workers))
@@ -361,6 +373,7 @@ def start_workers(
         except Exception as exc:
             client.close()
             cluster.close()
+            scratch.cleanup()
             raise ClusterError(f"the emulated cluster of {len(workers)} devices did not start: {exc}") from exc
     trim = _warn_if_malloc_trimmed(client)
     info = {
@@ -374,7 +387,7 @@ def start_workers(
         ONEDNN: workers_environ(client, ONEDNN),
         ONEDNN_ISA: workers_environ(client, ONEDNN_ISA),
     }
-    return client, cluster, info
+    return client, cluster, info, scratch
 
 
 def start_environ(name: str) -> str | None:

@@ -183,6 +183,8 @@ def start_hierarchy(
     host_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     cores = {t.name: min(t.cores, host_cores) for t in spec.tiers}
     workers = {device: WorkerSpec(tier, cores[tier]) for device, tier in spec.devices().items()}
-    client, cluster, info = start_workers(workers, worker_memory_limit, dashboard_address, timeout_s, start_method)
+    client, cluster, info, scratch = start_workers(
+        workers, worker_memory_limit, dashboard_address, timeout_s, start_method
+    )
     info.update(hierarchy=spec.to_dict(), tiers=spec.devices(), tf_threads=cores, host_cores=host_cores)
-    return DeviceCluster(client, list(workers), get_profile("native"), True, cluster, info)
+    return DeviceCluster(client, list(workers), get_profile("native"), True, cluster, info, scratch)

@@ -21,6 +21,7 @@ import asyncio
 import math
 import os
 import socket
+import tempfile
 import threading
 import time
 import weakref
@@ -158,6 +159,9 @@ class DeviceRuntime(WorkerPlugin):
         # Set by the embedded cluster only: an attached cluster's workers keep their owner's scheduling.
         if device_scheduling.ENV in os.environ:
             device_scheduling.apply(os.environ[device_scheduling.ENV])
+        # A worker forked from the fork server inherits the temporary folder that process had looked up;
+        # look again, so that the folder the cluster gave this worker (TMPDIR) is the one used.
+        tempfile.tempdir = None
         self._worker = worker
         worker.handlers[DIRECT_OP] = self._direct
         worker.handlers[PEER_OP] = self._peer

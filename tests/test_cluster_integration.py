@@ -415,6 +415,41 @@ def test_memory_needs_are_probed_side_by_side_once_per_model_and_batch(
     assert not [t for t in again.data if "probe_memory" in str(t["key"])]
 
 
+_TRACING_MODULE = """
+import tempfile
+
+import tensorflow as tf
+
+
+def trace():
+    tf.function(lambda x: x * 2.0)(tf.constant(1.0))
+    return tempfile.gettempdir()
+"""
+
+
+def test_devices_keep_their_temporary_files_in_a_folder_removed_with_the_cluster(tmp_path: Path) -> None:
+    # A device worker ends without running atexit, so TensorFlow's autograph never removes the source it wrote.
+    # Prepare: a module on disk (autograph reads a function's source), importable on the device
+    (tmp_path / "edgelab_tracing_probe.py").write_text(_TRACING_MODULE)
+
+    def trace_on_device(folder: str) -> str:
+        sys.path.insert(0, folder)
+        import edgelab_tracing_probe
+
+        return str(edgelab_tracing_probe.trace())
+
+    # Execute
+    with connect(1, dashboard_address="127.0.0.1:0") as cluster:
+        (folder,) = set(cluster.client.run(trace_on_device, str(tmp_path)).values())
+        written = [p.name for p in Path(folder).iterdir()]
+        scratch = cluster.scratch.name if cluster.scratch is not None else None
+
+    # Assert: the traced function's source went to the cluster's own folder, which closing removed
+    assert folder == scratch and Path(folder).name.startswith("edgelab-devices-")
+    assert any(name.startswith("__autograph_generated_file") for name in written)
+    assert not Path(folder).exists()
+
+
 def test_unreachable_scheduler_raises_cluster_error(tmp_path: Path) -> None:
     # Execute
     with pytest.raises(ClusterError, match="scheduler_address") as info:
