@@ -69,10 +69,11 @@ def is_resnet(name: str) -> bool:
 def layers(name: str) -> list[Layer]:
     """The layers of a built-in model, in order (see ``edgelab.models`` for the architectures).
 
-    A user's model (``edgelab.user_model.UserModel``) brings its own, counted from its Keras layers.
+    A user's model (a Keras model, a function that builds one, or its ``edgelab.user_model.UserModel``)
+    brings its own, counted from its Keras layers.
     """
     if not isinstance(name, str):
-        return list(name.cost_layers)
+        return list(_user(name).cost_layers)
     if name == "mlp":
         return _dense_stack((784,), (128, 64, 10))
     if name == "cnn":
@@ -86,6 +87,13 @@ def layers(name: str) -> list[Layer]:
         ]
         return out + _dense_stack((800,), (500, 10))
     return _resnet(resnet_blocks(name))
+
+
+def _user(model):
+    """A user's model as a ``UserModel`` (costs depend on its architecture alone, so any seed will do)."""
+    from edgelab.user_model import UserModel, user_model  # here, not at the top: that module imports this one
+
+    return model if isinstance(model, UserModel) else user_model(model)
 
 
 def _dense_stack(inputs: tuple[int, ...], widths: tuple[int, ...]) -> list[Layer]:
@@ -169,5 +177,5 @@ def activation_floats_per_sample(name: str) -> int:
 def input_floats_per_sample(name: str) -> int:
     """Floats of one input image as the model takes it."""
     if not isinstance(name, str):
-        return math.prod(name.input_shape)
+        return math.prod(_user(name).input_shape)
     return 28 * 28 if name in ("mlp", "cnn") else 32 * 32 * 3

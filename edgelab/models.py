@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from edgelab.errors import ConfigError
 from edgelab.model_costs import activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
 from edgelab.seeding import seeded
-from edgelab.user_model import UserModel, UserModelPayload, prepared_shape
+from edgelab.user_model import UserModel, UserModelPayload, prepared_shape, user_model
 
 if TYPE_CHECKING:
     import keras
@@ -95,6 +95,9 @@ class ModelSpec:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str | UserModel):
+            # A Keras model or a builder (called under the spec's seed), as TrainConfig takes one.
+            object.__setattr__(self, "name", user_model(self.name, seed=self.seed))
         check_model(self.name)
         if not self.learning_rate > 0:
             raise ConfigError("learning_rate", self.learning_rate, "a number > 0")

@@ -58,6 +58,32 @@ def test_costs_counted_from_the_keras_layers_equal_the_built_in_counts(name: str
         assert activation_floats_per_sample(user) == activation_floats_per_sample(name)
 
 
+def test_the_cost_helpers_take_a_keras_model_or_a_builder_as_they_take_its_user_model() -> None:
+    from edgelab.device_model import DeviceModel
+    from edgelab.model_costs import input_floats_per_sample, parameter_count
+    from edgelab.train_config import estimate_memory_mb
+
+    model = small_convnet()
+    user = user_model(model)
+    assert parameter_count(model) == parameter_count(small_convnet) == model.count_params()
+    assert input_floats_per_sample(model) == input_floats_per_sample(user) == 28 * 28
+    assert estimate_memory_mb(model, 32, 100) == estimate_memory_mb(user, 32, 100)
+    device = DeviceModel(profile="pi3b", step_s=0.01, flops_per_s=1e9)
+    assert device.compute_s(model, 1, 32) == device.compute_s(user, 1, 32) > 0.01
+    with pytest.raises(ConfigError, match="model"):
+        parameter_count(42)
+
+
+def test_a_model_spec_takes_a_keras_model_or_a_builder_under_its_seed() -> None:
+    from edgelab.models import ModelSpec
+
+    spec = ModelSpec(name=builtin("mlp"), seed=1)
+    assert spec.name == user_model(builtin("mlp"), seed=1) != user_model(builtin("mlp"), seed=0)
+    assert ModelSpec(name=small_convnet()).name.input_shape == (28, 28, 1)
+    with pytest.raises(ConfigError, match="model"):
+        ModelSpec(name=42)
+
+
 def test_a_builder_is_named_by_its_digest_and_travels_as_a_reference() -> None:
     a, b = user_model(builtin("mlp"), seed=0), user_model(builtin("mlp"), seed=0)
     other = user_model(builtin("mlp"), seed=1)
