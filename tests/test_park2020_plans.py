@@ -34,6 +34,10 @@ def test_resnet_bad_input_names_the_parameter(kwargs: dict, parameter: str) -> N
         ({"strategies": ["ps_async", "gossip"]}, "strategies"),  # a strategy, but not one of the paper's
         ({"devices": 0}, "devices"),
         ({"eval_every": 0}, "eval_every"),
+        ({"models": ["vgg16"]}, "models"),
+        ({"models": ["cnn", "resnet33"]}, "models"),  # not 6n+2
+        ({"models": []}, "models"),
+        ({"models": [42]}, "model"),  # not a model at all: user_model names its own parameter
     ],
 )
 def test_async_bad_input_names_the_parameter(kwargs: dict, parameter: str) -> None:

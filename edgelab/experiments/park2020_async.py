@@ -33,10 +33,12 @@ from edgelab.devices import DeviceProfile, get_profile, with_memory
 from edgelab.errors import ConfigError
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
+from edgelab.model_costs import is_resnet, resnet_blocks
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
 from edgelab.train_config import steps_per_device
+from edgelab.user_model import UserModel, check_data, user_model
 
 EXPERIMENT = "park2020_async"
 # 2: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without
@@ -51,6 +53,8 @@ EXPERIMENT = "park2020_async"
 MEASUREMENT_REVISION = 5
 PAPER_TRAIN_SIZE = {"mnist": 60_000, "cifar10": 50_000}
 DATASET_OF = {"cnn": "mnist", "mlp": "mnist"}  # every ResNet trains on CIFAR-10
+#: Image shapes of the two datasets: a user's model trains on the one its input takes.
+IMAGE_SHAPES = {"mnist": (28, 28), "cifar10": (32, 32, 3)}
 #: The paper's methods (MXNet dist_sync, dist_async, and section 2's average at the end).
 PAPER_STRATEGIES = ("ps_sync", "ps_async", "end_average")
 
@@ -69,7 +73,7 @@ FULL_PROFILE: dict[str, Any] = {
 class AsyncParams:
     """Every knob of the experiment; defaults are the smoke profile."""
 
-    models: tuple[str, ...] = ("cnn", "resnet32")
+    models: tuple[Any, ...] = ("cnn", "resnet32")  # built-in names, or Keras models or functions that build one
     strategies: tuple[str, ...] = PAPER_STRATEGIES
     devices: int = 3
     progress_devices: tuple[int, ...] = (1, 3)
@@ -92,6 +96,9 @@ class AsyncParams:
     monitor_interval_s: float = 0.25
 
     def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("models", self.models, "at least one model")
+        object.__setattr__(self, "models", tuple(_checked_model(m, self.seed) for m in self.models))
         for strategy in self.strategies:
             if strategy not in PAPER_STRATEGIES:
                 raise ConfigError("strategies", strategy, f"names among {', '.join(PAPER_STRATEGIES)}")
@@ -103,11 +110,44 @@ class AsyncParams:
             raise ConfigError("progress_devices", self.progress_devices, "a list of integers >= 1")
 
 
+def _checked_model(model: Any, seed: int) -> str | UserModel:
+    """A built-in name as it is, a user's model resolved (under ``seed``) and matched to a dataset."""
+    if isinstance(model, str):
+        if model in DATASET_OF or (is_resnet(model) and _is_resnet_depth(model)):
+            return model
+        raise ConfigError(
+            "models", model, "mlp, cnn, resnet<6n+2> (e.g. resnet32), a Keras model or a function that builds one"
+        )
+    user = user_model(model, seed=seed)
+    dataset_of(user)
+    return user
+
+
+def _is_resnet_depth(name: str) -> bool:
+    try:
+        resnet_blocks(name)
+    except ConfigError:
+        return False
+    return True
+
+
+def dataset_of(model: str | UserModel) -> str:
+    """The dataset ``model`` trains on: LeNet's MNIST, ResNet's CIFAR-10, or the one a user's model's input takes."""
+    if isinstance(model, str):
+        return DATASET_OF.get(model, "cifar10")
+    for name, shape in IMAGE_SHAPES.items():
+        if model.input_shape in (shape, (*shape, 1)):
+            check_data(model, shape, n_classes=10)
+            return name
+    allowed = f"an input of MNIST's (28, 28) or CIFAR-10's (32, 32, 3) images; it takes {model.input_shape}"
+    raise ConfigError("models", model.key, allowed)
+
+
 @dataclass(frozen=True)
 class AsyncRun:
     """One run: a model, a strategy, a device count; ``progress`` runs evaluate every ``eval_every`` updates."""
 
-    model: str
+    model: str | UserModel
     strategy: str
     devices: int
     progress: bool = False
@@ -125,12 +165,12 @@ class Plan(harness.Plan):
 
     def dataset(self, model: str) -> Dataset:
         """The dataset a model trains on."""
-        return self.datasets[DATASET_OF.get(model, "cifar10")]
+        return self.datasets[dataset_of(model)]
 
     def config(self, run: AsyncRun) -> TrainConfig:
         """The training configuration of a run."""
         p = self.params
-        lenet = run.model in DATASET_OF
+        lenet = dataset_of(run.model) == "mnist"  # LeNet's settings for every MNIST model, ResNet's for CIFAR-10
         return TrainConfig(
             model=run.model,
             n_devices=run.devices,
@@ -190,7 +230,7 @@ def prepare(**kwargs: Any) -> Plan:
     """Load both datasets and check every run, before any cluster work."""
     params = harness.parse_params(AsyncParams, kwargs, sequences=("models", "strategies", "progress_devices"))
     profile = with_memory(get_profile(params.device_profile), params.device_memory_mb)
-    names = sorted({DATASET_OF.get(m, "cifar10") for m in params.models} | {"mnist"})
+    names = sorted({dataset_of(m) for m in params.models} | {"mnist"})
     datasets = {
         name: load_dataset(
             name,
@@ -206,9 +246,8 @@ def prepare(**kwargs: Any) -> Plan:
     runs.append(AsyncRun("cnn", "ps_sync", max(params.progress_devices), progress=True))
     plan = Plan(params, datasets, profile, runs, for_profile(profile.name))
     for r in runs:
-        check(
-            plan.config(r), n_train=plan.dataset(r.model).n_train, profile=profile, data_resident=r.model in DATASET_OF
-        )
+        resident = dataset_of(r.model) == "mnist"
+        check(plan.config(r), n_train=plan.dataset(r.model).n_train, profile=profile, data_resident=resident)
     return plan
 
 
@@ -262,7 +301,8 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> AsyncSummary:
             job_s = mean_s = float(rounds["elapsed_s"].iloc[-1])
         rows.append(
             {
-                "model": run.model,
+                "model": str(run.model),  # a user's model by name and digest
+                "dataset": plan.dataset(run.model).name,
                 "strategy": run.strategy,
                 "devices": run.devices,
                 "progress_run": run.progress,
@@ -278,7 +318,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> AsyncSummary:
         )
         table = result.tables.get("progress")
         if table is not None and not table.empty:
-            progress.append(table.assign(model=run.model, strategy=run.strategy, devices=run.devices))
+            progress.append(table.assign(model=str(run.model), strategy=run.strategy, devices=run.devices))
     return AsyncSummary(
         runs=pd.DataFrame(rows),
         progress=pd.concat(progress, ignore_index=True) if progress else pd.DataFrame(),
@@ -298,7 +338,7 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
         steps = steps_per_device(cfg, plan.dataset(run.model).n_train)
         rows.append(
             {
-                "model": run.model,
+                "model": str(run.model),
                 "strategy": run.strategy,
                 "devices": run.devices,
                 "progress_run": run.progress,

@@ -92,7 +92,7 @@ def paper_fig3a() -> dict[tuple[str, str], float]:
 
 def full_epoch(row: Any) -> str:
     """Why a run's accuracy is not the paper's (its data size, or a part of the epoch); ``""`` when it is."""
-    paper = PAPER_TRAIN_SIZE[DATASET_OF.get(row.model, "cifar10")]
+    paper = PAPER_TRAIN_SIZE[getattr(row, "dataset", None) or DATASET_OF.get(row.model, "cifar10")]
     if int(row.n_train) < paper:
         return f"trained on {int(row.n_train):,} of the paper's {paper:,} samples"
     if float(row.scale) > 1 + 1e-9:
