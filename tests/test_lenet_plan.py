@@ -22,7 +22,8 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "parameter", "value"),
     [
-        ({"models": ["resnet"]}, "model", "'resnet'"),
+        ({"models": ["resnet"]}, "models", "'resnet'"),
+        ({"models": ["resnet32"]}, "models", "'resnet32'"),  # a model, but no LeNet table beside it
         ({"dataset": "cifar10"}, "dataset", "'cifar10'"),
         ({"device_counts": [0, 1]}, "device_counts", "(0, 1)"),
         ({"worker_data": ["half"]}, "worker_data", "'half'"),

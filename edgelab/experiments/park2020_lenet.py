@@ -112,6 +112,9 @@ class LenetParams:
             raise ConfigError("dataset", self.dataset, f"one of {', '.join(LENET_DATASETS)}")
         if not self.models:
             raise ConfigError("models", self.models, "a non-empty list of mlp, cnn")
+        for model in self.models:  # each row sits beside its paper table (TABLE_OF_MODEL): no other model has one
+            if not isinstance(model, str) or model not in TABLE_OF_MODEL:
+                raise ConfigError("models", model, "mlp or cnn, the models of Tables 1 and 2")
         if not self.device_counts or any(not isinstance(n, int) or n < 1 for n in self.device_counts):
             raise ConfigError("device_counts", self.device_counts, "a non-empty list of integers >= 1")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
