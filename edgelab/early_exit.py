@@ -25,6 +25,7 @@ notebook's, i.e. the Dask client's).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -164,25 +165,44 @@ def _default_cloud(input_shape: tuple[int, ...], num_classes: int, filters: int)
     return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x), name="cloud")
 
 
-def _part(part: Part, name: str, default: Callable[..., keras.Model], *args: Any) -> keras.Model:
-    """A user's Keras model (cloned: fresh weights, one per use), a user's builder called with ``args``, or ours.
+def _part(
+    part: Part, parameter: str, name: str, default: Callable[..., keras.Model], args: dict[str, Any]
+) -> keras.Model:
+    """A user's Keras model (cloned: fresh weights, one per use), a user's builder, or ours.
 
-    Renamed ``name``: the joint model needs every part's name to be its own.
+    A builder is called with ``args`` (by position) if it takes them, else with
+    nothing. Renamed ``name``: the joint model needs every part's name to be its own.
     """
     import keras
 
     if part is None:
-        built = default(*args)
+        built = default(*args.values())
     elif isinstance(part, keras.Model):
         built = keras.models.clone_model(part)
     elif callable(part):
-        built = part(*args)
+        built = part(*_arguments(part, parameter, args))
         if not isinstance(built, keras.Model):
-            raise ConfigError("part builder", type(built).__name__, "a function returning a keras.Model")
+            raise ConfigError(parameter, type(built).__name__, "a function returning a keras.Model")
     else:
-        raise ConfigError("part", type(part).__name__, "None, a keras.Model, or a function that builds one")
+        raise ConfigError(parameter, type(part).__name__, "None, a keras.Model, or a function that builds one")
     built.name = name
     return built
+
+
+def _arguments(builder: Callable[..., Any], parameter: str, args: dict[str, Any]) -> tuple[Any, ...]:
+    """``args``' values if ``builder`` takes them, none if it takes nothing; ``ConfigError`` otherwise."""
+    try:
+        signature = inspect.signature(builder)
+    except (TypeError, ValueError):  # a callable Python cannot introspect: hand it the arguments
+        return tuple(args.values())
+    for candidate in (tuple(args.values()), ()):
+        try:
+            signature.bind(*candidate)
+        except TypeError:
+            continue
+        return candidate
+    wanted = f"a function ({', '.join(args)}) -> keras.Model, or one taking no arguments"
+    raise ConfigError(parameter, f"a function {signature}", wanted)
 
 
 def build_ddnn(
@@ -212,12 +232,12 @@ def build_ddnn(
     device_block
         A device's block: None (a 3x3 conv and 2x2 max pooling), a Keras model
         (cloned per device, fresh weights) or a function
-        ``(index, input_shape) -> keras.Model``. Every device's output must
-        have the same shape for ``"max"`` and ``"average"``.
+        ``(index, input_shape) -> keras.Model`` (or of no arguments). Every
+        device's output must have the same shape for ``"max"`` and ``"average"``.
     cloud_block
         The cloud part: None (a conv, pooling, two dense layers), a Keras
         model (cloned) or a function ``(combined_shape, num_classes) -> keras.Model``
-        ending in a softmax.
+        (or of no arguments) ending in a softmax.
     seed
         Seeds every weight (``edgelab.seeding.seeded``).
     """
@@ -227,7 +247,13 @@ def build_ddnn(
     check_aggregation(aggregation)
     with seeded(seed):
         device_models = [
-            _part(device_block, f"device_{i}", lambda i, s: _default_device_block(i, s, filters), i, tuple(input_shape))
+            _part(
+                device_block,
+                "device_block",
+                f"device_{i}",
+                lambda i, s: _default_device_block(i, s, filters),
+                {"index": i, "input_shape": tuple(input_shape)},
+            )
             for i in range(devices)
         ]
         feature_inputs = [
@@ -243,7 +269,13 @@ def build_ddnn(
         local = keras.layers.Dense(num_classes, activation="softmax", name="local_exit")(flat)
         aggregator = keras.Model(feature_inputs, [combined, local], name="aggregator")
         shape = tuple(int(d) for d in combined.shape[1:])
-        cloud = _part(cloud_block, "cloud", lambda s, c: _default_cloud(s, c, filters), shape, num_classes)
+        cloud = _part(
+            cloud_block,
+            "cloud_block",
+            "cloud",
+            lambda s, c: _default_cloud(s, c, filters),
+            {"combined_shape": shape, "num_classes": num_classes},
+        )
         views = [keras.Input(tuple(input_shape), name=f"view_{i}") for i in range(devices)]
         upward, local_out = aggregator([m(v) for m, v in zip(device_models, views, strict=True)])
         local_out = keras.layers.Identity(name="local")(local_out)

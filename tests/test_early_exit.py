@@ -64,7 +64,11 @@ def test_the_exit_rule_is_eta_at_most_t_and_nothing_exits_at_t_zero() -> None:
         (lambda: ee.normalized_entropy([1.0]), r"probs='shape \(1,\)' is not allowed"),
         (lambda: ee.build_ddnn(devices=0, aggregation="max"), r"devices=0 is not allowed: an integer >= 1"),
         (lambda: ee.build_ddnn(devices=2, aggregation="sum"), r"aggregation='sum' is not allowed: one of max"),
-        (lambda: ee.build_ddnn(devices=2, aggregation="max", device_block=3), r"part='int' is not allowed"),
+        (lambda: ee.build_ddnn(devices=2, aggregation="max", device_block=3), r"device_block='int' is not allowed"),
+        (
+            lambda: ee.build_ddnn(devices=2, aggregation="max", cloud_block=lambda a, b, c: None),
+            r"cloud_block='a function \(a, b, c\)' is not allowed: a function \(combined_shape, num_classes\)",
+        ),
         (lambda: exp.EarlyExitParams(devices=0), r"devices=0 is not allowed"),
         (lambda: exp.EarlyExitParams(aggregations=("max", "median")), r"aggregation='median' is not allowed"),
         (lambda: exp.EarlyExitParams(thresholds=(0.0, 1.2)), r"thresholds=1.2 is not allowed"),
@@ -111,6 +115,22 @@ def test_a_users_block_or_builder_replaces_the_built_in_parts() -> None:
     assert ddnn.devices[0] is not mine and ddnn.devices[0] is not ddnn.devices[1]  # cloned: fresh weights each
     local, final = ddnn.predict([np.zeros((3, 28, 28, 1), np.float32)] * 2)
     assert local.shape == final.shape == (3, 10)
+
+
+def test_a_builder_of_no_arguments_builds_each_part() -> None:
+    import keras
+
+    def block() -> keras.Model:  # a fixed shape needs nothing from the DDNN
+        x = keras.Input((28, 28, 1))
+        return keras.Model(x, keras.layers.Conv2D(2, 5, strides=4)(x))
+
+    ddnn = ee.build_ddnn(devices=2, aggregation="max", device_block=block, seed=3)
+    again = ee.build_ddnn(devices=2, aggregation="max", device_block=block, seed=3)
+
+    assert ddnn.upward_shape == (6, 6, 2)
+    assert ddnn.devices[0] is not ddnn.devices[1]  # called once per device
+    for mine, same in zip(ddnn.devices, again.devices, strict=True):  # under the DDNN's seed: the same weights
+        assert all(np.array_equal(a, b) for a, b in zip(mine.get_weights(), same.get_weights(), strict=True))
 
 
 def test_views_are_seeded_per_device() -> None:
