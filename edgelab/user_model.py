@@ -176,7 +176,7 @@ def user_model(model: keras.Model | Callable[[], keras.Model] | UserModel, *, se
         ) from err
     weights = tuple(np.array(w) for w in net.get_weights())
     digest = hashlib.sha256()
-    digest.update(_canonical(json.loads(config)).encode())
+    digest.update(canonical_architecture(json.loads(config)).encode())
     digest.update(loss.encode())
     for w in weights:
         digest.update(f"{w.dtype.str}{w.shape}".encode())
@@ -187,7 +187,7 @@ def user_model(model: keras.Model | Callable[[], keras.Model] | UserModel, *, se
     return UserModel(net.name, hexdigest, tuple(int(d) for d in shape), int(out[0]), tuple(rows), payload)
 
 
-def _canonical(config: dict[str, Any]) -> str:
+def canonical_architecture(config: dict[str, Any]) -> str:
     """The architecture with layers named by position: Keras numbers unnamed layers per process (dense_7)."""
     names = {layer["name"]: f"#{i}" for i, layer in enumerate(config.get("layers", []))}
 

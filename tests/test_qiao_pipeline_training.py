@@ -71,6 +71,23 @@ def test_the_four_blocks_weights_depend_on_the_seed_alone_and_the_blocks_balance
     assert blocks == [28 * 28 * 9 * 32 * 32] * 4
 
 
+def test_a_users_builder_is_built_under_the_seed(tmp_path: Path) -> None:
+    import keras
+
+    def unseeded() -> object:  # draws its initial weights from wherever Keras' generator stands
+        inputs = keras.Input((28, 28))
+        h = keras.layers.Dense(8, activation="relu")(keras.layers.Flatten()(inputs))
+        return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(h), name="unseeded")
+
+    first = exp.prepare(model=unseeded, n_stages=2, seed=5, data_dir=_offline(tmp_path))
+    keras.utils.set_random_seed(99)  # another session's generator: the builder must not see it
+    again = exp.prepare(model=unseeded, n_stages=2, seed=5, data_dir=_offline(tmp_path))
+    other = exp.prepare(model=unseeded, n_stages=2, seed=6, data_dir=_offline(tmp_path))
+
+    assert first.model_identity == again.model_identity  # the same run key, session after session
+    assert first.model_identity["weights_sha256"] != other.model_identity["weights_sha256"]
+
+
 def test_a_network_that_does_not_take_digits_is_refused_by_name(tmp_path: Path) -> None:
     import keras
 

@@ -40,6 +40,7 @@ from edgelab.pipeline.partition import Partition, partition, resolve_model
 from edgelab.pipeline.training import SCHEDULES, gpipe_bubble, train_pipelined
 from edgelab.results import StoredRun
 from edgelab.seeding import seeded
+from edgelab.user_model import canonical_architecture
 
 EXPERIMENT = "qiao_pipeline_training"
 MEASUREMENT_REVISION = 1
@@ -217,7 +218,7 @@ def plain_sgd(model: Any, x: np.ndarray, y: np.ndarray, p: PipelineTrainingParam
 
 def _identity(model: Any) -> dict[str, Any]:
     """What names a network in the results store: its name, and digests of its structure and initial weights."""
-    config = json.dumps(model.get_config(), sort_keys=True, default=str).encode()
+    config = canonical_architecture(json.loads(json.dumps(model.get_config(), default=str))).encode()
     weights = hashlib.sha256()
     for w in model.get_weights():
         weights.update(np.ascontiguousarray(w).tobytes())
@@ -232,7 +233,8 @@ def _builder(model: Any, seed: int) -> Callable[[], Any]:
     """A function that builds the run's network afresh, with the same initial weights every time."""
     if isinstance(model, str):
         return partial(four_blocks, seed=seed)
-    first = resolve_model(model)
+    with seeded(seed):  # a builder's initial weights, and so the run's key, follow the seed alone
+        first = resolve_model(model)
     weights = [np.array(w) for w in first.get_weights()]
     config = first.get_config()
 
