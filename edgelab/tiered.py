@@ -179,10 +179,11 @@ def check_networks(networks: Mapping[str, Network] | None) -> dict[str, Network]
     for tier, network in chosen.items():
         if tier not in ("end", "edge", "cloud"):
             raise ConfigError("networks", tier, "a mapping from tiers (end, edge, cloud) to networks")
+        allowed = f"one of {', '.join(TIER_NETWORK_NAMES)}, a Keras model or a function that builds one"
         if isinstance(network, str) and network not in TIER_NETWORK_NAMES:
-            raise ConfigError(
-                f"networks[{tier!r}]", network, f"one of {', '.join(TIER_NETWORK_NAMES)}, a Keras model or a builder"
-            )
+            raise ConfigError(f"networks[{tier!r}]", network, allowed)
+        if not isinstance(network, str) and not callable(network):  # a Keras model is callable too
+            raise ConfigError(f"networks[{tier!r}]", type(network).__name__, allowed)
     return chosen
 
 

@@ -50,6 +50,10 @@ def test_where_each_end_device_sends_its_second_stages() -> None:
             lambda: run_scheme(None, SMALL, "End", np.zeros((4, 32, 32, 3), np.uint8), networks={"end": "vgg"}),  # type: ignore[arg-type]
             r"networks\['end'\]='vgg' is not allowed",
         ),
+        (
+            lambda: run_scheme(None, SMALL, "End", np.zeros((4, 32, 32, 3), np.uint8), networks={"edge": 3}),  # type: ignore[arg-type]
+            r"networks\['edge'\]='int' is not allowed: one of .*, a Keras model or a function that builds one",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str) -> None:
