@@ -160,6 +160,38 @@ def test_experiment_parameters_are_checked() -> None:
         TilesParams(network="resnet")
 
 
+def _users_convnet(side: int = 48, channels: int = 3) -> object:
+    """A user's own feature extractor: no classifier head, unnamed layers."""
+    import keras
+
+    inputs = keras.Input((side, side, channels))
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(x)
+    return keras.Model(inputs, keras.layers.MaxPooling2D(2)(x), name="users_convnet")
+
+
+def test_a_users_network_is_built_under_the_seed_and_sets_the_image_size() -> None:
+    from edgelab.experiments.qiao_tiles import TilesParams
+
+    with pytest.raises(ConfigError, match=r"^upto=None is not allowed: the last layer to fuse"):
+        TilesParams(network=_users_convnet)
+    with pytest.raises(ConfigError, match=r"^network='users_convnet' is not allowed: a network taking square RGB"):
+        TilesParams(network=lambda: _users_convnet(channels=1), upto=4)
+    with pytest.raises(ConfigError, match=r"^image_size=96 is not allowed: the side of the network's input, 48"):
+        TilesParams(network=_users_convnet, upto=4, image_size=96)
+    with pytest.raises(ConfigError, match=r"^network="):
+        TilesParams(network=lambda size: _users_convnet(size), upto=4)  # a builder takes no arguments
+
+    params = TilesParams(network=_users_convnet, upto=4, seed=4)
+    assert params.image_size == 48 and params.network_name == "users_convnet"
+    again = TilesParams(network=_users_convnet, upto=4, seed=4)
+    other = TilesParams(network=_users_convnet, upto=4, seed=5)
+    pairs = zip(params.network.get_weights(), again.network.get_weights(), strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+    assert not np.array_equal(params.network.get_weights()[0], other.network.get_weights()[0])
+
+
 @pytest.fixture(scope="module")
 def four_devices() -> Iterator[DeviceCluster]:
     with pytest.MonkeyPatch.context() as mp:
@@ -196,3 +228,23 @@ def test_tiles_on_four_devices_stitch_to_the_untiled_output_and_render(
     assert two["output_bytes"].sum() == 6 * 6 * 128 * 4
     assert (summary["clock_s"] > 0).all() and summary["memory_ratio"].iloc[1] < 1.0
     assert items[0].status == "not judged" and all(Path(f).is_file() for f in items[0].files)
+
+
+def test_a_users_network_is_tiled_and_stitched_like_the_built_ins(
+    four_devices: DeviceCluster, plantvillage_dir: Path, tmp_path: Path
+) -> None:
+    from edgelab.experiments import qiao_tiles as exp
+    from edgelab.figures import qiao_tiles as figure
+    from edgelab.results import ResultsStore
+
+    plan = exp.prepare(network=_users_convnet, upto=4, grids=[2], repeats=1, data_dir=str(plantvillage_dir))
+    key = plan.run_params(plan.runs[0])["network"]
+    assert key["name"] == "users_convnet" and set(key) == {"name", "config_sha256", "weights_sha256"}
+
+    runs = exp.run(plan, store=ResultsStore(tmp_path / "results"), cluster=four_devices)
+    summary = exp.summarize(plan, runs)
+    items = figure.render(tmp_path / "reports", plan, runs, summary, notebook="nb", parameters={})
+
+    assert (summary["relative_diff"] <= 1e-5).all()
+    assert runs[0].tables["tiles"]["output_bytes"].sum() == 12 * 12 * 16 * 4  # 48 / 4 per side, 16 channels
+    assert "users_convnet" in Path(next(f for f in items[0].files if f.endswith(".md"))).read_text()

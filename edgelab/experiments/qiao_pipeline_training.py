@@ -18,9 +18,6 @@ a shape), kept out of the bubble and the throughput.
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,11 +33,11 @@ from edgelab.errors import ConfigError
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.pipeline import training_clock
-from edgelab.pipeline.partition import Partition, partition, resolve_model
+from edgelab.pipeline.partition import Partition, partition
 from edgelab.pipeline.training import SCHEDULES, gpipe_bubble, train_pipelined
+from edgelab.pipeline.user_network import network_identity, rebuilder
 from edgelab.results import StoredRun
 from edgelab.seeding import seeded
-from edgelab.user_model import canonical_architecture
 
 EXPERIMENT = "qiao_pipeline_training"
 MEASUREMENT_REVISION = 1
@@ -216,36 +213,9 @@ def plain_sgd(model: Any, x: np.ndarray, y: np.ndarray, p: PipelineTrainingParam
     return [np.asarray(w) for w in model.get_weights()], pd.DataFrame(rows)
 
 
-def _identity(model: Any) -> dict[str, Any]:
-    """What names a network in the results store: its name, and digests of its structure and initial weights."""
-    config = canonical_architecture(json.loads(json.dumps(model.get_config(), default=str))).encode()
-    weights = hashlib.sha256()
-    for w in model.get_weights():
-        weights.update(np.ascontiguousarray(w).tobytes())
-    return {
-        "name": model.name,
-        "config_sha256": hashlib.sha256(config).hexdigest()[:16],
-        "weights_sha256": weights.hexdigest()[:16],
-    }
-
-
 def _builder(model: Any, seed: int) -> Callable[[], Any]:
     """A function that builds the run's network afresh, with the same initial weights every time."""
-    if isinstance(model, str):
-        return partial(four_blocks, seed=seed)
-    with seeded(seed):  # a builder's initial weights, and so the run's key, follow the seed alone
-        first = resolve_model(model)
-    weights = [np.array(w) for w in first.get_weights()]
-    config = first.get_config()
-
-    def rebuild() -> Any:
-        import keras
-
-        built = keras.Model.from_config(copy.deepcopy(config))  # from_config consumes the dict it is given
-        built.set_weights(weights)
-        return built
-
-    return rebuild
+    return partial(four_blocks, seed=seed) if isinstance(model, str) else rebuilder(model, seed)
 
 
 def prepare(**kwargs: Any) -> Plan:
@@ -269,7 +239,7 @@ def prepare(**kwargs: Any) -> Plan:
     ]
     assert {r.schedule for r in runs} <= set(SCHEDULES)
     y = dataset.y_train.astype(np.int64)
-    return Plan(params, get_profile(params.device), runs, dataset, x, y, cut, _identity(model), build)
+    return Plan(params, get_profile(params.device), runs, dataset, x, y, cut, network_identity(model), build)
 
 
 pending = harness.pending

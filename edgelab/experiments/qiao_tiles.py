@@ -41,6 +41,7 @@ from edgelab.experiments.harness import Outcome
 from edgelab.pipeline import layer_costs, tile_worker, tiles
 from edgelab.pipeline import worker as stage_worker
 from edgelab.pipeline.timeline import compose
+from edgelab.pipeline.user_network import network_identity, seeded_network
 from edgelab.results import StoredRun
 from edgelab.seeding import seeded
 
@@ -49,6 +50,9 @@ MEASUREMENT_REVISION = 1
 NETWORKS = ("mobilenet", "vgg")
 #: The stride-8 layer of each network: where the default fused block ends.
 STRIDE8_LAYER = {"mobilenet": "conv_pw_5_relu", "vgg": "block3_pool"}
+
+#: Side of a built-in network's square input in the smoke profile.
+DEFAULT_IMAGE_SIZE = 96
 
 FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
@@ -62,10 +66,10 @@ FULL_PROFILE: dict[str, Any] = {
 class TilesParams:
     """Every knob of the experiment; defaults are the smoke profile."""
 
-    network: str = "mobilenet"  # NETWORKS
+    network: Any = "mobilenet"  # NETWORKS, or a Keras model or a function of no arguments that builds one
     alpha: float = 1.0  # MobileNet's width multiplier
-    image_size: int = 96  # side of the square input (the paper-sized run: 224)
-    upto: str | None = None  # last fused layer; None: the network's stride-8 layer
+    image_size: int | None = None  # side of the square input: 96 for a built-in (paper-sized: 224), else its input's
+    upto: str | int | None = None  # last fused layer, or how many to fuse; None: a built-in's stride-8 layer
     grids: tuple[int, ...] = (1, 2)
     repeats: int = 3  # timed runs of every tile (after one traced warm-up); the median is used
     device_profile: str = "pi3b"
@@ -75,8 +79,14 @@ class TilesParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.network not in NETWORKS:
-            raise ConfigError("network", self.network, f"one of {', '.join(NETWORKS)}")
+        if isinstance(self.network, str):
+            if self.network not in NETWORKS:
+                allowed = f"one of {', '.join(NETWORKS)}, a Keras model or a function that builds one"
+                raise ConfigError("network", self.network, allowed)
+            if self.image_size is None:
+                object.__setattr__(self, "image_size", DEFAULT_IMAGE_SIZE)
+        else:
+            self._take_users_network()
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha <= 1:
             raise ConfigError("alpha", self.alpha, "a width multiplier in (0, 1]")
         if not self.grids or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.grids):
@@ -87,10 +97,32 @@ class TilesParams:
                 raise ConfigError(name, value, f"an integer >= {least}")
         get_profile(self.device_profile)
 
+    def _take_users_network(self) -> None:
+        """Build a user's network once, under the seed; take the image size from its input."""
+        if self.upto is None:
+            allowed = "the last layer to fuse, or how many layers: required with a user's network"
+            raise ConfigError("upto", None, allowed)
+        try:
+            model = seeded_network(self.network, self.seed)
+        except ConfigError as err:  # named as this experiment names it
+            raise ConfigError("network", err.value, err.allowed) from err
+        shape = tuple(model.input_shape[1:])
+        if len(shape) != 3 or shape[0] is None or shape[0] != shape[1] or shape[2] != 3:
+            raise ConfigError("network", model.name, f"a network taking square RGB images; its input is {shape}")
+        if self.image_size not in (None, shape[0]):
+            raise ConfigError("image_size", self.image_size, f"the side of the network's input, {shape[0]}")
+        object.__setattr__(self, "network", model)
+        object.__setattr__(self, "image_size", int(shape[0]))
+
     @property
-    def last_layer(self) -> str:
-        """The last fused layer's name."""
-        return self.upto or STRIDE8_LAYER[self.network]
+    def network_name(self) -> str:
+        """The network's name, for figures and reports."""
+        return self.network if isinstance(self.network, str) else self.network.name
+
+    @property
+    def last_layer(self) -> str | int:
+        """The last fused layer's name, or how many layers are fused (as a user gave it)."""
+        return self.upto if self.upto is not None else STRIDE8_LAYER[self.network]
 
 
 @dataclass(frozen=True)
@@ -113,9 +145,14 @@ class Plan(harness.Plan):
     grids: dict[int, tiles.TileGrid]
 
     def model(self) -> Any:
-        """The whole network (built once per process, seeded)."""
-        p = self.params
-        return build_network(p.network, p.image_size, p.alpha, p.seed)
+        """The whole network."""
+        return network_of(self.params)
+
+    @functools.cached_property
+    def network_key(self) -> str | dict[str, str]:
+        """A built-in network by name, a user's by name and digests of its structure and weights."""
+        network = self.params.network
+        return network if isinstance(network, str) else network_identity(network)
 
     def run_params(self, run: TilesRunKey) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -123,7 +160,7 @@ class Plan(harness.Plan):
         return {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
-            "network": p.network,
+            "network": self.network_key,
             "alpha": p.alpha,
             "image_size": p.image_size,
             "upto": p.last_layer,
@@ -159,6 +196,12 @@ class Plan(harness.Plan):
         }
         # The output map the figure draws: the stitched result, averaged over channels.
         return summary, {"tiles": frame}, {"stitched_mean": stitched[0].mean(axis=-1)}
+
+
+def network_of(params: TilesParams) -> Any:
+    """The whole network: a built-in built once per process (seeded), or the user's as the params built it."""
+    p = params
+    return build_network(p.network, p.image_size, p.alpha, p.seed) if isinstance(p.network, str) else p.network
 
 
 @functools.lru_cache(maxsize=2)
@@ -263,7 +306,7 @@ def tile_clock(frame: pd.DataFrame, profile: DeviceProfile, speed_factor: float)
 def prepare(**kwargs: Any) -> Plan:
     """Load the image, build the network, plan every grid's tiles: every bad input refused before cluster work."""
     params = harness.parse_params(TilesParams, kwargs, sequences=("grids",))
-    model = build_network(params.network, params.image_size, params.alpha, params.seed)
+    model = network_of(params)
     grids = {g: tiles.plan_tiles(model, params.last_layer, g) for g in sorted(set(params.grids))}
     dataset = load_dataset("plantvillage_tomato", data_dir=params.data_dir, image_size=params.image_size)
     if params.image_index >= len(dataset.x_test):

@@ -87,7 +87,7 @@ def draw(plan: exp.Plan, runs: list[StoredRun], summary: pd.DataFrame, depth: pd
         ax.set_xticks(list(grids))
     p = plan.params
     fig.suptitle(
-        f"qiao/fig3-6: fused tiles of {p.network} (alpha {p.alpha}, {p.image_size}x{p.image_size}) through "
+        f"qiao/fig3-6: fused tiles of {p.network_name} (alpha {p.alpha}, {p.image_size}x{p.image_size}) through "
         f"{p.last_layer} on {p.device_profile} devices"
     )
     fig.tight_layout()
@@ -126,7 +126,7 @@ def render(
     md = [
         f"# {ID}: DeepThings' fused tiles — the early layers cut vertically",
         "",
-        f"{p.network} (alpha {p.alpha}, random seeded weights) on a {p.image_size}x{p.image_size} PlantVillage "
+        f"{p.network_name} (alpha {p.alpha}, random seeded weights) on a {p.image_size}x{p.image_size} PlantVillage "
         f"tomato leaf (validation image {p.image_index}, {plan.dataset.source}), fused through `{p.last_layer}` "
         f"({len(plan.grids[g].layers)} layers, output {plan.grids[g].output_shape}). Each of g x g "
         f"{p.device_profile} device workers receives its tile's image region, halo included, runs the fused "
