@@ -76,6 +76,41 @@ class TierCalibration:
         added = {(tier, network): float(s) for tier, s in per_image_s.items()}
         return TierCalibration({**self.per_image_s, **added}, f"{self.source}; {network}: {source}", self.fitted_on)
 
+    def with_given_times(
+        self, networks: dict[str, str], per_image_s: dict[str, float] | None, parameter: str = "network_times"
+    ) -> TierCalibration:
+        """The calibration with a time per image for each tier whose network it does not hold (a user's).
+
+        ``networks`` names each tier's network; ``per_image_s`` gives, by tier,
+        the seconds per image of that tier's network measured on your devices.
+        A tier whose network the calibration holds takes no time here: the
+        report's networks keep its Table 1 times.
+        """
+        given = dict(per_image_s or {})
+        for tier in given:
+            if tier not in networks:
+                raise ConfigError(parameter, tier, f"tiers among {', '.join(networks)}")
+            if (tier, networks[tier]) in self.per_image_s:
+                raise ConfigError(
+                    f"{parameter}[{tier!r}]",
+                    given[tier],
+                    f"no time for {networks[tier]}: the calibration holds it (a time is for your own network)",
+                )
+        missing = [t for t, n in networks.items() if (t, n) not in self.per_image_s and t not in given]
+        if missing:
+            tier = missing[0]
+            raise ConfigError(
+                parameter,
+                per_image_s,
+                f"a time per image for {networks[tier]} on the {tier} tier, in seconds measured on your devices "
+                f"(the calibration holds only {', '.join(sorted({n for _, n in self.per_image_s}))})",
+            )
+        calibration = self
+        for network in sorted({networks[t] for t in given}):
+            times = {t: given[t] for t in given if networks[t] == network}
+            calibration = calibration.with_times(network, times, f"{parameter} as given")
+        return calibration
+
 
 def zhang2018_calibration() -> TierCalibration:
     """Table 1's stand-alone times per image (batch 50), for the networks ``edgelab.tier_models`` builds."""

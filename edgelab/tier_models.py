@@ -30,6 +30,7 @@ Keras model (or a function that builds one) can stand in for a tier's.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -150,6 +151,37 @@ def build_tier_network(name: str, *, seed: int = 0, **options: Any) -> keras.Mod
     if name not in builders:
         raise ConfigError("network", name, f"one of {', '.join(TIER_NETWORK_NAMES)}")
     return builders[name]()
+
+
+def tier_network(parameter: str, network: Any, seed: int = 0) -> tuple[str, Any]:
+    """A tier's network as an experiment plans with it: its name, and what each device of the tier builds.
+
+    A built-in is named as it is. A user's (a Keras model, or a function of no
+    arguments that builds one under ``seed``) is named by its name and digest
+    (``edgelab.user_model``), and must take CIFAR's 32x32x3 images. ``ConfigError``
+    names ``parameter`` for anything else.
+    """
+    if isinstance(network, str):
+        if network not in TIER_NETWORK_NAMES:
+            allowed = f"one of {', '.join(TIER_NETWORK_NAMES)}, a Keras model or a function that builds one"
+            raise ConfigError(parameter, network, allowed)
+        return network, network
+    try:
+        key, shape = _users_network(network, seed)
+    except ConfigError as err:  # named as the experiment names it
+        raise ConfigError(parameter, err.value, err.allowed) from err
+    if shape != INPUT_SHAPE:
+        raise ConfigError(parameter, key, f"a network taking {INPUT_SHAPE} images; it takes {shape}")
+    return key, network
+
+
+@functools.lru_cache(maxsize=8)
+def _users_network(network: Any, seed: int) -> tuple[str, tuple[int, ...]]:
+    # Built, serialized and digested once per network and seed, however often a plan asks for its name.
+    from edgelab.user_model import user_model
+
+    user = user_model(network, seed=seed)
+    return user.key, user.input_shape
 
 
 def sizes(model: keras.Model) -> dict[str, int]:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from edgelab.errors import ConfigError
+from edgelab.experiments import qiao_placement
 from edgelab.experiments.qiao_placement import PlacementParams
 from edgelab.hierarchy import ZHANG2018
 from edgelab.placement import Chain, exhaustive, greedy, hop_s, hosts_of, latency
@@ -62,6 +63,22 @@ def test_greedy_breaks_ties_toward_the_edge() -> None:
     assert greedy(flat, free).hosts == ("end-0",)
 
 
+def _convs() -> object:
+    """A user's network to place: two convolutions, then 100 answers."""
+    import keras
+
+    return keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(8, 3, strides=2, activation="relu"),
+            keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(100, activation="softmax"),
+        ],
+        name="convs",
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -72,6 +89,10 @@ def test_greedy_breaks_ties_toward_the_edge() -> None:
         (lambda: PlacementParams(network="vgg16"), r"network='vgg16' is not allowed"),
         (lambda: PlacementParams(edge_latency_s=-1.0), r"edge.latency_s=-1.0 is not allowed"),
         (lambda: PlacementParams(images=0), r"images=0 is not allowed: an integer >= 1"),
+        (
+            lambda: qiao_placement.prepare(network=_convs, data_dir="/nonexistent/edgelab-data"),
+            r"^network_times=None is not allowed: a time per image for convs@",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str) -> None:
@@ -93,3 +114,17 @@ def test_a_cut_network_becomes_a_chain_of_its_stages_with_the_bytes_that_cross()
     assert chain.bytes_in[1:] == tuple(10 * s.output_bytes for s in cut.stages[:-1])  # float32 activations
     assert sum(chain.stage_s["end"]) == pytest.approx(calibration.stage_s("end", "mobilenet", 10))
     assert set(chain.stage_s) == {"end", "edge"}
+
+
+def test_a_users_network_is_cut_and_placed_on_the_times_given_for_it(cifar10_dir: object) -> None:
+    from edgelab.experiments import qiao_placement as exp
+
+    times = {"end": 0.04, "edge": 0.01, "cloud": 0.001}
+    plan = exp.prepare(network=_convs, network_times=times, stages=[1, 2], run_stages=[2], data_dir=str(cifar10_dir))
+    model, cut, chain = plan.chain(2)
+
+    assert model.name == "convs" and len(cut.stages) == 2
+    # Each tier's time for the whole network is split over the stages by their multiply-adds.
+    assert sum(chain.stage_s["end"]) == pytest.approx(times["end"] * plan.params.images)
+    assert sum(chain.stage_s["cloud"]) == pytest.approx(times["cloud"] * plan.params.images)
+    assert plan.run_params(plan.runs[0])["network"] == plan.params.network_name

@@ -46,6 +46,28 @@ def test_an_uncalibrated_network_is_refused_until_its_times_are_given() -> None:
         calibration.with_times("mine", {"edge": -1}, "x")
 
 
+def test_a_users_network_gets_the_times_given_for_it_and_the_reports_keep_table1() -> None:
+    calibration = zhang2018_calibration()
+    networks = {"end": "mine@abc", "edge": "resnet34", "cloud": "mine@abc"}
+
+    missing = r"^network_times=\{'end': 0.01\} is not allowed: a time per image for mine@abc on the cloud tier"
+    with pytest.raises(ConfigError, match=missing):
+        calibration.with_given_times(networks, {"end": 0.01})  # the cloud's is missing
+    with pytest.raises(ConfigError, match=r"^network_times\['edge'\]=0.5 is not allowed: no time for resnet34"):
+        calibration.with_given_times(networks, {"end": 0.01, "edge": 0.5, "cloud": 0.001})
+    with pytest.raises(ConfigError, match=r"^network_times='fog' is not allowed: tiers among end, edge, cloud"):
+        calibration.with_given_times(networks, {"fog": 0.01})
+    with pytest.raises(ConfigError, match=r"per_image_s\['end'\]=0 is not allowed"):
+        calibration.with_given_times(networks, {"end": 0, "cloud": 0.001})
+
+    given = calibration.with_given_times(networks, {"end": 0.01, "cloud": 0.001})
+    assert given.stage_s("end", "mine@abc", 50) == pytest.approx(0.5)
+    assert given.stage_s("cloud", "mine@abc", 50) == pytest.approx(0.05)
+    assert given.stage_s("edge", "resnet34", 50) == calibration.stage_s("edge", "resnet34", 50)
+    assert "network_times as given" in given.source
+    assert calibration.with_given_times({"end": "mobilenet"}, None) == calibration
+
+
 def test_end_alone_is_eq1_when_the_tasks_divide_evenly() -> None:
     spec = ZHANG2018.scaled(end=4)
     timeline, completion = schedule(_stages(200, 4, None), spec, zhang2018_calibration(), NETWORKS)

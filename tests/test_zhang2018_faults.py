@@ -14,6 +14,15 @@ from edgelab.figures import zhang2018_faults as fig
 from edgelab.reference import load_reference
 
 
+def _pooled() -> object:
+    """A user's end network: pooled pixels to 20 answers."""
+    import keras
+
+    return keras.Sequential(
+        [keras.Input((32, 32, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(20)], name="pooled"
+    )
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -24,6 +33,8 @@ from edgelab.reference import load_reference
         ({"tasks": 8}, r"fail_after=0 is not allowed: .* 8 tasks on 8 devices is 0: give more tasks"),
         ({"timeout_s": 0}, r"timeout_s=0 is not allowed: a number of seconds > 0"),
         ({"end_network": "vgg16"}, r"end_network='vgg16' is not allowed"),
+        ({"end_network": _pooled}, r"^network_times=None is not allowed: a time per image for pooled@\w+ on the end"),
+        ({"end_network": _pooled, "network_times": {"edge": 0.1}}, r"^network_times='edge' is not allowed: tiers"),
     ],
 )
 def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, object], message: str) -> None:
@@ -36,6 +47,15 @@ def _plan(**kwargs: object) -> exp.Plan:
     params = exp.FaultsParams(**kwargs)  # type: ignore[arg-type]
     blank = np.zeros((params.tasks * params.task_size, 32, 32, 3), np.uint8)
     return exp.Plan(params, blank, None, exp.get_profile("native"), [], exp.zhang2018_calibration())  # type: ignore[arg-type]
+
+
+def test_a_users_end_network_sets_the_clock_with_its_given_time(cifar10_dir: object) -> None:
+    plan = exp.prepare(end_network=_pooled, network_times={"end": 0.03}, data_dir=str(cifar10_dir))
+    name = plan.params.network_name
+
+    assert name.startswith("pooled@")
+    assert plan.clock.per_image_s == pytest.approx(0.03)
+    assert all(plan.run_params(r)["end_network"] == name for r in plan.runs)
 
 
 def _summary(durations: dict[str, list[float]], timeouts: list[int] | None = None) -> pd.DataFrame:

@@ -21,11 +21,24 @@ from edgelab.figures import zhang2018_schemes as fig
         ({"cloud_network": "vgg16"}, r"cloud_network='vgg16' is not allowed: one of mobilenet"),
         ({"edge_devices": 0}, r"edge.devices=0 is not allowed: at least 1 for scheme End-Edge"),
         ({"cloud_devices": 0, "schemes": ["End-Cloud"]}, r"cloud.devices=0 is not allowed"),
+        ({"end_network": lambda: _tiny(20)}, r"^network_times=None is not allowed: a time per image for tiny@"),
+        ({"network_times": {"end": 0.01}}, r"^network_times\['end'\]=0.01 is not allowed: no time for mobilenet"),
+        ({"edge_network": lambda: _tiny(10, side=28)}, r"^edge_network='tiny@\w+' is not allowed: a network taking"),
+        ({"cloud_network": 42}, r"^cloud_network=42 is not allowed: a built-in name, a Keras functional"),
     ],
 )
 def test_bad_input_is_refused_before_any_data_or_cluster_work(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         exp.prepare(data_dir="/nonexistent/edgelab-data", **kwargs)
+
+
+def _tiny(classes: int, side: int = 32) -> object:
+    """A user's network small enough to build in a blink: pooled pixels to ``classes`` answers."""
+    import keras
+
+    return keras.Sequential(
+        [keras.Input((side, side, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(classes)], name="tiny"
+    )
 
 
 def _plan(**kwargs: object) -> exp.Plan:
@@ -99,3 +112,34 @@ def test_the_claims_are_read_off_the_curves() -> None:
     curves.loc[(curves["scheme"] == "Mapping") & (curves["n_end"] == 6), "clock_s"] = 30.0
     verdicts = fig.claims(curves, exp.report_job(plan), plan).set_index("claim")["verdict"]
     assert verdicts["zhang2018/C21"] == "does not hold"
+
+
+def test_a_users_networks_run_every_scheme_on_the_times_given_for_them(cifar10_dir: object) -> None:
+    from edgelab.results import ResultsStore
+
+    times = {"end": 0.02, "edge": 0.005, "cloud": 0.001}  # seconds per image, as measured on one's own devices
+    plan = exp.prepare(
+        end_devices=[2],
+        schemes=["End", "End-Cloud", "End-Edge"],
+        tasks=4,
+        task_size=2,
+        edge_devices=1,
+        cloud_devices=1,
+        end_network=lambda: _tiny(20),
+        edge_network=lambda: _tiny(100),
+        cloud_network=lambda: _tiny(100),
+        network_times=times,
+        data_dir=str(cifar10_dir),
+    )
+    end, cloud = plan.params.networks["end"], plan.params.networks["cloud"]
+    assert end.startswith("tiny@") and cloud.startswith("tiny@") and end != cloud  # 20 answers, 100 answers
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        summary = exp.summarize(plan, exp.run(plan, store=ResultsStore(root)))
+    clock = summary.set_index("scheme")["clock_s"]
+    # Two end devices, two tasks of two images each: End is the end network's time alone.
+    assert clock["End"] == pytest.approx(2 * 2 * times["end"])
+    assert clock["End-Edge"] > clock["End"] + 0.5  # the edge's latency (0.5 s) and its network's time behind it
+    assert clock["End-Cloud"] > clock["End"] + 1.0

@@ -35,9 +35,10 @@ from edgelab.experiments.harness import Outcome
 from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.pipeline import partition, stage_model
 from edgelab.pipeline import worker as stage_worker
+from edgelab.pipeline.user_network import seeded_network
 from edgelab.results import StoredRun
 from edgelab.tier_clock import TierCalibration, analytic_hierarchy, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS, build_tier_network
+from edgelab.tier_models import TIER_NETWORKS, build_tier_network, tier_network
 
 EXPERIMENT = "qiao_placement"
 MEASUREMENT_REVISION = 1
@@ -58,7 +59,8 @@ FULL_PROFILE: dict[str, Any] = {
 class PlacementParams:
     """Every knob of the experiment; defaults are the smoke profile."""
 
-    network: str = TIER_NETWORKS["edge"]
+    network: Any = TIER_NETWORKS["edge"]  # a built-in name, or a Keras model or a function that builds one
+    network_times: dict[str, float] | None = None  # a user's network: its seconds per image on each tier
     stages: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
     run_stages: tuple[int, ...] = (4,)
     images: int = 200
@@ -71,9 +73,13 @@ class PlacementParams:
     data_dir: str | None = None
     seed: int = 0
 
+    @property
+    def network_name(self) -> str:
+        """The network by name (a user's: name@digest), as the clock and the results store know it."""
+        return tier_network("network", self.network, self.seed)[0]
+
     def __post_init__(self) -> None:
-        if self.network not in TIER_NETWORK_NAMES:
-            raise ConfigError("network", self.network, f"one of {', '.join(TIER_NETWORK_NAMES)}")
+        self.network_name  # noqa: B018 - checks the network now
         for name in ("stages", "run_stages"):
             values = getattr(self, name)
             if not values or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 12 for n in values):
@@ -121,7 +127,8 @@ class Plan(harness.Plan):
         p = self.params
         model = _network(p.network, p.seed)
         cut = partition(model, n_stages)
-        return model, cut, placement.Chain.from_partition(cut, self.calibration, p.network, p.images, self.tiers)
+        chain = placement.Chain.from_partition(cut, self.calibration, p.network_name, p.images, self.tiers)
+        return model, cut, chain
 
     def place(self, n_stages: int, rule: str) -> placement.Placed:
         """The placement ``rule`` picks for the chain of ``n_stages``."""
@@ -136,7 +143,7 @@ class Plan(harness.Plan):
         return {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
-            "network": p.network,
+            "network": p.network_name,
             "n_stages": run.n_stages,
             "rule": run.rule,
             "repeat": run.repeat,
@@ -183,9 +190,9 @@ class Plan(harness.Plan):
 
 
 @functools.lru_cache(maxsize=2)
-def _network(name: str, seed: int) -> Any:
+def _network(network: Any, seed: int) -> Any:
     """The network, built once: every cut of it (and every stage built from a cut) needs the same layers."""
-    return build_tier_network(name, seed=seed)
+    return build_tier_network(network, seed=seed) if isinstance(network, str) else seeded_network(network, seed)
 
 
 def run_chain(
@@ -235,9 +242,8 @@ def run_chain(
 def prepare(**kwargs: Any) -> Plan:
     """Load the task's images and check every run, before any cluster work."""
     params = harness.parse_params(PlacementParams, kwargs, sequences=("stages", "run_stages"))
-    calibration = zhang2018_calibration()
-    for tier in ("end", "edge", "cloud"):
-        calibration.stage_s(tier, params.network, 1)  # refuses a network the calibration does not hold
+    on_every_tier = dict.fromkeys(("end", "edge", "cloud"), params.network_name)
+    calibration = zhang2018_calibration().with_given_times(on_every_tier, params.network_times)
     runs = [
         PlacementRunKey(n, rule, r)
         for n in sorted(set(params.run_stages))

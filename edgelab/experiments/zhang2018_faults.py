@@ -38,7 +38,7 @@ from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.reference import load_reference
 from edgelab.results import StoredRun
 from edgelab.tier_clock import TierCalibration, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS
+from edgelab.tier_models import TIER_NETWORKS, tier_network
 from edgelab.tiered import deploy
 
 EXPERIMENT = "zhang2018_faults"
@@ -65,7 +65,8 @@ class FaultsParams:
     heartbeat_s: float = 1.0
     deadline_s: float = 600.0
     repeats: int = 1
-    end_network: str = TIER_NETWORKS["end"]
+    end_network: Any = TIER_NETWORKS["end"]  # a built-in name, or a Keras model or a function that builds one
+    network_times: dict[str, float] | None = None  # a user's end network: its seconds per image, {"end": s}
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -83,9 +84,13 @@ class FaultsParams:
                 raise ConfigError("failures", f, f"integers from 0 to end_devices ({self.end_devices})")
         if not self.failures:
             raise ConfigError("failures", self.failures, "at least one number of failed devices")
-        if self.end_network not in TIER_NETWORK_NAMES:
-            raise ConfigError("end_network", self.end_network, f"one of {', '.join(TIER_NETWORK_NAMES)}")
+        self.network_name  # noqa: B018 - checks the end network now
         self.clock(1.0)  # checks the times
+
+    @property
+    def network_name(self) -> str:
+        """The end network by name (a user's: name@digest), as the clock and the results store know it."""
+        return tier_network("end_network", self.end_network, self.seed)[0]
 
     def clock(self, per_image_s: float) -> FaultClock:
         """The clock's charges, with the end network's time per image."""
@@ -129,7 +134,7 @@ class Plan(harness.Plan):
     def clock(self) -> FaultClock:
         """The clock every run uses."""
         p = self.params
-        return p.clock(self.calibration.stage_s("end", p.end_network, 1))
+        return p.clock(self.calibration.stage_s("end", p.network_name, 1))
 
     @property
     def fail_after(self) -> int:
@@ -152,7 +157,7 @@ class Plan(harness.Plan):
             "fail_after": self.fail_after,
             "clock": self.clock.__dict__,
             "hierarchy": p.hierarchy().to_dict(),
-            "end_network": p.end_network,
+            "end_network": p.network_name,
             "dataset": {"name": d.name, "source": d.source, "n_test": d.n_test},
             "seed": p.seed,
             "cluster": p.scheduler_address or "emulated",
@@ -230,8 +235,7 @@ def failure_seed(seed: int, run: FaultRunKey) -> list[int]:
 def prepare(**kwargs: Any) -> Plan:
     """Load the job's images and check every run, before any cluster work."""
     params = harness.parse_params(FaultsParams, kwargs, sequences=("methods", "failures"))
-    calibration = zhang2018_calibration()
-    calibration.stage_s("end", params.end_network, 1)  # refuses a network the calibration does not hold
+    calibration = zhang2018_calibration().with_given_times({"end": params.network_name}, params.network_times)
     runs = [
         FaultRunKey(m, f, r)
         for f in sorted(set(params.failures))

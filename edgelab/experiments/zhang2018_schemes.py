@@ -40,7 +40,7 @@ from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.results import StoredRun
 from edgelab.schemes import SCHEMES, completion_times
 from edgelab.tier_clock import TierCalibration, analytic_hierarchy, schedule, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS
+from edgelab.tier_models import TIER_NETWORKS, tier_network
 from edgelab.tiered import deploy, run_scheme
 
 EXPERIMENT = "zhang2018_schemes"
@@ -58,6 +58,8 @@ FULL_PROFILE: dict[str, Any] = {
     "repeats": 5,
 }
 
+TIERS = ("end", "edge", "cloud")
+
 
 @dataclass(frozen=True)
 class SchemesParams:
@@ -72,9 +74,11 @@ class SchemesParams:
     cloud_devices: int = 1
     edge_latency_s: float = 0.5
     cloud_latency_s: float = 1.0
-    end_network: str = TIER_NETWORKS["end"]
-    edge_network: str = TIER_NETWORKS["edge"]
-    cloud_network: str = TIER_NETWORKS["cloud"]
+    # A tier's network: a built-in name, or a Keras model or a function that builds one (then its time is given).
+    end_network: Any = TIER_NETWORKS["end"]
+    edge_network: Any = TIER_NETWORKS["edge"]
+    cloud_network: Any = TIER_NETWORKS["cloud"]
+    network_times: dict[str, float] | None = None  # seconds per image of a user's network, by tier
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -97,14 +101,17 @@ class SchemesParams:
                 raise ConfigError(name, value, "a number of seconds >= 0")
         if self.tasks < max(self.end_devices):
             raise ConfigError("tasks", self.tasks, f">= the most end devices ({max(self.end_devices)}), so each works")
-        for name in ("end_network", "edge_network", "cloud_network"):
-            if getattr(self, name) not in TIER_NETWORK_NAMES:
-                raise ConfigError(name, getattr(self, name), f"one of {', '.join(TIER_NETWORK_NAMES)}")
+        self.networks  # noqa: B018 - checks each tier's network now
 
     @property
     def networks(self) -> dict[str, str]:
-        """Each tier's network."""
-        return {"end": self.end_network, "edge": self.edge_network, "cloud": self.cloud_network}
+        """Each tier's network by name (a user's: name@digest), as the clock and the results store know it."""
+        return {t: tier_network(f"{t}_network", getattr(self, f"{t}_network"), self.seed)[0] for t in TIERS}
+
+    @property
+    def deployed(self) -> dict[str, Any]:
+        """What each tier's devices build: a built-in's name, or the user's model or builder."""
+        return {t: getattr(self, f"{t}_network") for t in TIERS}
 
     def hierarchy(self, n_end: int | None = None) -> HierarchySpec:
         """The report's hierarchy with this experiment's device counts and latencies."""
@@ -188,7 +195,7 @@ class Plan(harness.Plan):
         """Build every tier's network on each of its devices, once for all runs."""
         p = self.params
         sizes = tuple(sorted({p.task_size, len(self.images) % p.task_size or p.task_size}))
-        deployment = deploy(cluster, p.hierarchy(), p.networks, seed=p.seed, batch_sizes=sizes)
+        deployment = deploy(cluster, p.hierarchy(), p.deployed, seed=p.seed, batch_sizes=sizes)
         return {"cluster": cluster.info, "deployment": deployment}
 
     def teardown(self, context: dict[str, Any]) -> None:
@@ -222,9 +229,7 @@ class Plan(harness.Plan):
 def prepare(**kwargs: Any) -> Plan:
     """Load the job's images and check every run, before any cluster work."""
     params = harness.parse_params(SchemesParams, kwargs, sequences=("end_devices", "schemes"))
-    calibration = zhang2018_calibration()
-    for tier, network in params.networks.items():
-        calibration.stage_s(tier, network, 1)  # refuses a network the calibration does not hold
+    calibration = zhang2018_calibration().with_given_times(params.networks, params.network_times)
     runs = []
     for n_end in sorted(set(params.end_devices)):
         for scheme in params.schemes:

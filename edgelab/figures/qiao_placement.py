@@ -48,7 +48,7 @@ def draw(search: pd.DataFrame, runs: pd.DataFrame, plan: exp.Plan) -> Any:
     right.set(
         xlabel="stages in the chain",
         ylabel="latency of one task (s, clock)",
-        title=f"{p.network}, {p.images} images from an end device",
+        title=f"{p.network_name}, {p.images} images from an end device",
     )
     right.legend(fontsize=8)
     fig.suptitle(
@@ -80,7 +80,7 @@ def render(
     md = [
         f"# {ID}: placing a chain of stages on the end / edge / cloud continuum",
         "",
-        f"{p.network} cut into n stages balanced by multiply-accumulates; one task of {p.images} images starts at "
+        f"{p.network_name} cut into n stages balanced by multiply-accumulates; one task of {p.images} images starts at "
         f"end-0 and its answer returns there. Hosts: end-0, {p.edge_devices} edge and {p.cloud_devices} cloud "
         "device(s). The exhaustive search tries every host for every stage; the greedy rule puts each stage on the "
         "host that finishes it first from where the last one ended (ties to the host nearest the edge).",

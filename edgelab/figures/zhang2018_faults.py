@@ -190,7 +190,7 @@ def render(
         timeouts=table["timeouts"].round(1),
     )
     setup = (
-        f"{p.tasks} tasks of {p.task_size} images on {p.end_devices} end devices ({p.end_network}); a failing device "
+        f"{p.tasks} tasks of {p.task_size} images on {p.end_devices} end devices ({p.network_name}); a failing device "
         f"answers {plan.fail_after} tasks, then its worker is SIGKILLed for good; timeout {p.timeout_s} s per send "
         f"to a dead device; Monitor queries every device each {p.heartbeat_s} s (the report does not say how "
         f"often); {p.repeats} repeat(s), the same failing devices for every method. The report's job is "

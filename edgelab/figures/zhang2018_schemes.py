@@ -210,8 +210,8 @@ def render(
         f"# {ID}: completion time of the four schemes against the number of end devices",
         "",
         f"Each run: {p.tasks} tasks of {p.task_size} images (the report: {exp.REPORT_TASKS} of "
-        f"{exp.REPORT_TASK_SIZE}) through the report's networks ({p.end_network} / {p.edge_network} / "
-        f"{p.cloud_network}) on {p.edge_devices} edge devices and {p.cloud_devices} cloud, medians of "
+        f"{exp.REPORT_TASK_SIZE}) through the networks ({' / '.join(p.networks.values())}, end / edge / cloud) "
+        f"on {p.edge_devices} edge devices and {p.cloud_devices} cloud, medians of "
         f"{p.repeats} repeat(s). `clock_s` is the hierarchy's clock on the run's stages; `equations_s` is "
         "eq1-eq6 for the same job; `host_wall_s` is this machine's wall time, which emulates thirteen devices "
         f"on its own cores and is no device's time.{data_note}",
