@@ -18,6 +18,7 @@ function, its arguments and its accounting are the task's own.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import math
 import os
 import socket
@@ -149,11 +150,13 @@ class DeviceRuntime(WorkerPlugin):
     _peer_socks: dict[tuple[str, int], socket.socket] = field(default_factory=dict)
     _unreachable_peers: set[tuple[str, int]] = field(default_factory=set)
 
-    def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
+    async def setup(self, worker: Any) -> None:  # noqa: D102 - WorkerPlugin hook
         # The device's memory budget is what training needs above the
         # framework's own footprint, so take the baseline after importing it.
-        import tensorflow  # noqa: F401
-
+        # Imported on a thread: a worker that is not forked with it loaded spends
+        # seconds on it, and its event loop must keep heartbeating meanwhile (a
+        # scheduler with a short worker TTL would otherwise drop it).
+        await asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "tensorflow")
         self.device = worker.name
         self.baseline_rss = process_memory.rss_bytes()
         # Set by the embedded cluster only: an attached cluster's workers keep their owner's scheduling.
