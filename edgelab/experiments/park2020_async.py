@@ -33,7 +33,7 @@ from edgelab.devices import DeviceProfile, get_profile, with_memory
 from edgelab.errors import ConfigError
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.model_costs import is_resnet, resnet_blocks
+from edgelab.models import check_model
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
@@ -113,22 +113,13 @@ class AsyncParams:
 def _checked_model(model: Any, seed: int) -> str | UserModel:
     """A built-in name as it is, a user's model resolved (under ``seed``) and matched to a dataset."""
     if isinstance(model, str):
-        if model in DATASET_OF or (is_resnet(model) and _is_resnet_depth(model)):
-            return model
-        raise ConfigError(
-            "models", model, "mlp, cnn, resnet<6n+2> (e.g. resnet32), a Keras model or a function that builds one"
-        )
+        try:
+            return check_model(model)
+        except ConfigError as err:  # named as this experiment names it
+            raise ConfigError("models", model, err.allowed) from err
     user = user_model(model, seed=seed)
     dataset_of(user)
     return user
-
-
-def _is_resnet_depth(name: str) -> bool:
-    try:
-        resnet_blocks(name)
-    except ConfigError:
-        return False
-    return True
 
 
 def dataset_of(model: str | UserModel) -> str:
