@@ -25,6 +25,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 VENV="${EDGELAB_VENV:-.venv}"
 STAMP="$VENV/.edgelab-pyproject.sha256"
+# Made with a virtualenv this script makes, removed once edgelab is first installed into it: found on a
+# later run, the making was cut short (Ctrl-C in ensurepip leaves a python whose pip does not import).
+UNFINISHED="$VENV/.edgelab-unfinished"
 
 die() {
     echo "run.sh: $*" >&2
@@ -81,10 +84,19 @@ install_project() {
 
 ensure_venv() {
     local fresh=0 python digest
+    if [[ -f "$UNFINISHED" ]]; then
+        echo "run.sh: $VENV was left half made by an earlier run; making it again" >&2
+        rm -rf "$VENV"
+    fi
     if [[ ! -x "$VENV/bin/python" ]]; then
         python="$(find_python)" \
             || die "need Python >= 3.11, found: $(python3 --version 2>&1 || echo 'no python3')"
         echo "run.sh: creating virtualenv $VENV with $python" >&2
+        # Only a folder made here is ever removed as half made: never one a user pointed EDGELAB_VENV at.
+        if [[ ! -e "$VENV" ]]; then
+            mkdir -p "$VENV"
+            touch "$UNFINISHED"
+        fi
         "$python" -m venv "$VENV"
         fresh=1
     fi
@@ -93,6 +105,7 @@ ensure_venv() {
     if [[ $fresh -eq 1 || ! -f "$STAMP" || "$(cat "$STAMP")" != "$digest" ]]; then
         install_project
         echo "$digest" >"$STAMP"
+        rm -f "$UNFINISHED"
     fi
 }
 

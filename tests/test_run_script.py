@@ -1,4 +1,4 @@
-"""./run.sh's own set-up: bad input is refused before a virtualenv is made."""
+"""./run.sh's own set-up: bad input is refused before a virtualenv is made; a half-made one is made again."""
 
 from __future__ import annotations
 
@@ -35,3 +35,39 @@ def test_the_help_names_the_installer_choice(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert "EDGELAB_INSTALLER  uv (default) or pip" in done.stdout
     assert not (tmp_path / "venv").exists()
+
+
+# The install fails at once (no package index), right after the virtualenv is made.
+_NO_INSTALL = {"EDGELAB_INSTALLER": "pip", "PIP_NO_INDEX": "1"}
+
+
+def test_a_virtualenv_left_half_made_by_an_interrupted_run_is_made_again(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    # What a run stopped in ensurepip leaves: an interpreter that does not work, and the mark of an unfinished venv.
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".edgelab-unfinished").touch()
+
+    done = _run_sh("reproduce", env={"EDGELAB_VENV": str(venv), **_NO_INSTALL})
+
+    assert done.returncode != 0  # the install itself failed, as asked
+    assert f"run.sh: {venv} was left half made by an earlier run; making it again" in done.stderr
+    made = subprocess.run([str(venv / "bin" / "python"), "-c", "import pip"], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    assert (venv / ".edgelab-unfinished").exists()  # edgelab is not installed in it yet
+
+
+def test_a_folder_the_user_named_for_the_virtualenv_is_never_removed_as_half_made(tmp_path: Path) -> None:
+    venv = tmp_path / "mine"
+    venv.mkdir()
+    (venv / "notes.txt").write_text("the user's")
+
+    for _ in range(2):  # the second run finds the venv made but edgelab not installed
+        done = _run_sh("reproduce", env={"EDGELAB_VENV": str(venv), **_NO_INSTALL})
+        assert done.returncode != 0
+        assert "half made" not in done.stderr
+
+    assert (venv / "notes.txt").read_text() == "the user's"
+    assert not (venv / ".edgelab-unfinished").exists()
+    assert (venv / "bin" / "python").exists()
