@@ -155,11 +155,8 @@ case "$cmd" in
         export_defaults
         status=0
         # Two processes, each test module or notebook whole on one (its cluster fixture, its kernel);
-        # EDGELAB_TEST_WORKERS=0 runs them in this process. Files are handed out in the order collected
-        # (notebooks first, pyproject's testpaths): xdist's default order, most tests first, left the
-        # notebooks, the longest files with the fewest tests, for the end, one process idle meanwhile.
-        "$VENV/bin/python" -m pytest -n "${EDGELAB_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@" ||
-            status=$?
+        # EDGELAB_TEST_WORKERS=0 runs them in this process.
+        "$VENV/bin/python" -m pytest -n "${EDGELAB_TEST_WORKERS:-2}" --dist loadfile "$@" || status=$?
         # pytest exits 5 when it collected no tests; an empty run must not pass.
         if [[ $status -eq 5 ]]; then
             echo "run.sh: pytest collected no tests; treating this as a failure" >&2
