@@ -58,7 +58,7 @@ def test_a_virtualenv_left_half_made_by_an_interrupted_run_is_made_again(tmp_pat
     assert (venv / ".edgelab-unfinished").exists()  # edgelab is not installed in it yet
 
 
-def test_a_folder_the_user_named_for_the_virtualenv_is_never_removed_as_half_made(tmp_path: Path) -> None:
+def test_a_folder_that_was_there_before_the_virtualenv_is_never_removed_as_half_made(tmp_path: Path) -> None:
     venv = tmp_path / "mine"
     venv.mkdir()
     (venv / "notes.txt").write_text("the user's")
