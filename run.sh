@@ -25,8 +25,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 VENV="${EDGELAB_VENV:-.venv}"
 STAMP="$VENV/.edgelab-pyproject.sha256"
-# Made with a virtualenv this script makes, removed once edgelab is first installed into it: found on a
-# later run, the making was cut short (Ctrl-C in ensurepip leaves a python whose pip does not import).
+# Made with a virtualenv this script makes (holding the making run's PID), removed once edgelab is first
+# installed into it: found by a later run, the making was cut short (Ctrl-C in ensurepip leaves a python
+# whose pip does not import), unless that run is still going.
 UNFINISHED="$VENV/.edgelab-unfinished"
 
 die() {
@@ -85,6 +86,11 @@ install_project() {
 ensure_venv() {
     local fresh=0 python digest
     if [[ -f "$UNFINISHED" ]]; then
+        local maker
+        maker="$(cat "$UNFINISHED")"
+        if [[ -n "$maker" ]] && ps -p "$maker" -o args= 2>/dev/null | grep -q "run\.sh"; then
+            die "another run.sh (pid $maker) is still setting up $VENV; run this again once it has finished"
+        fi
         echo "run.sh: $VENV was left half made by an earlier run; making it again" >&2
         rm -rf "$VENV"
     fi
@@ -95,7 +101,7 @@ ensure_venv() {
         # Only a folder made here is ever removed as half made: never one a user pointed EDGELAB_VENV at.
         if [[ ! -e "$VENV" ]]; then
             mkdir -p "$VENV"
-            touch "$UNFINISHED"
+            echo "$$" >"$UNFINISHED"
         fi
         "$python" -m venv "$VENV"
         fresh=1

@@ -58,6 +58,27 @@ def test_a_virtualenv_left_half_made_by_an_interrupted_run_is_made_again(tmp_pat
     assert (venv / ".edgelab-unfinished").exists()  # edgelab is not installed in it yet
 
 
+def test_a_virtualenv_another_run_is_still_making_is_left_to_it(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "half").write_text("")
+    # A run.sh still at work: its command line names run.sh, as a running one's does.
+    maker = subprocess.Popen(["bash", "-c", "sleep 60; true", "run.sh"])
+    try:
+        (venv / ".edgelab-unfinished").write_text(f"{maker.pid}\n")
+
+        done = _run_sh("reproduce", env={"EDGELAB_VENV": str(venv), **_NO_INSTALL})
+    finally:
+        maker.kill()
+        maker.wait()
+
+    assert done.returncode == 1
+    assert f"another run.sh (pid {maker.pid}) is still setting up {venv}; run this again once it has finished" in (
+        done.stderr
+    )
+    assert (venv / "half").exists()
+
+
 def test_a_folder_that_was_there_before_the_virtualenv_is_never_removed_as_half_made(tmp_path: Path) -> None:
     venv = tmp_path / "mine"
     venv.mkdir()
