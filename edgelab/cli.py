@@ -22,9 +22,12 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -335,6 +338,11 @@ def reproduce(
                         progress_bar=False,
                         shutdown_kernel="immediate",
                     )
+            except KeyboardInterrupt:
+                # papermill leaves the kernel running when interrupted, and with it its devices, which would
+                # go on writing into the scratch folder removed below and training on the cores.
+                _end_children()
+                raise
             except Exception as exc:  # report and go on with the other notebooks
                 failures += 1
                 error = _one_line(exc)
@@ -350,6 +358,22 @@ def reproduce(
             say(f"edgelab: {nb.name} done in {seconds:.0f} s")
             status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
     return failures
+
+
+def _end_children() -> None:
+    """Kill every process this one started, and theirs: an interrupted notebook's kernel and its devices."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)  # listed first: a device outliving its kernel is in it
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(children, timeout=10)
+
+
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout``, a cancelled job) ends a run as Ctrl-C does: what is done kept, nothing left running."""
+    raise KeyboardInterrupt
 
 
 def _one_line(exc: BaseException) -> str:
@@ -493,6 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = profile_reports_dir(args.profile, root)
     if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.experiments.harness.run)
         os.environ["EDGELAB_PERFORMANCE_REPORTS"] = str(Path(args.performance_reports).resolve())
+    # Only the main thread may set a handler (main() called from another one keeps the default).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _terminate_as_interrupt) if in_main else None
     try:
         failures = reproduce(
             args.profile,
@@ -503,10 +530,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             scheduler_address=args.scheduler,
         )
     except KeyboardInterrupt:
+        # The interrupted notebook's client tasks end with its kernel killed: asyncio would print
+        # each one's error as never retrieved, at exit.
+        logging.getLogger("asyncio").disabled = True
         # What finished is kept (results store, finished notebooks); the next run goes on from there.
         print("\nedgelab: interrupted; run the same command again to go on where it stopped", file=sys.stderr)
         write_report(root)
         return 130
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous_sigterm)
     page = write_report(root)
     _print_summary(root, page)
     return 1 if failures else 0

@@ -2,6 +2,9 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -318,3 +321,57 @@ def _ended(process: psutil.Process) -> bool:
         return process.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
     except psutil.NoSuchProcess:
         return True
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_says_so_and_leaves_no_process_and_no_temporary_folder(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # Prepare: a notebook whose cell starts a child (as a cluster starts its devices) and then trains on and on
+    notebooks, scratch = tmp_path / "notebooks", tmp_path / "tmp"
+    notebooks.mkdir()
+    scratch.mkdir()
+    pid_file = tmp_path / "child.pid"
+    _notebook(
+        notebooks / "tiny_long.ipynb",
+        f"import subprocess, sys, time\nchild = subprocess.Popen([sys.executable, '-c', {IGNORES_SIGINT!r}])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(600)",
+    )
+    command = "import sys; from pathlib import Path; from edgelab import cli; cli.NOTEBOOKS_DIR = Path(sys.argv[1]); "
+    command += "sys.exit(cli.main(['reproduce']))"
+    env = {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "EDGELAB_REPORTS_DIR": str(tmp_path / "reports"),
+        "EDGELAB_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    run = subprocess.Popen(
+        [sys.executable, "-c", command, str(notebooks)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        restore_signals=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "the notebook's cell never started"
+            time.sleep(0.2)
+        child = psutil.Process(int(pid_file.read_text()))
+
+        # Execute
+        run.send_signal(signum)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+    # Assert: said so without a traceback, the kernel's child ended, and its temporary folder is gone
+    assert run.returncode == 130, err
+    assert "edgelab: interrupted; run the same command again to go on where it stopped" in err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert _ended(child)
+    assert not list(scratch.glob("edgelab-tiny_long-*"))
