@@ -22,7 +22,9 @@ A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
    same device step in plain processes on plain sockets, the same mean): what
    this host allows any implementation, edgelab's included; and the same bare
    devices as threads in edgelab's device workers, to tell what the Dask
-   worker hosting a device costs from what edgelab's own code does.
+   worker hosting a device costs from what edgelab's own code does. And where
+   the direct transport's round goes, stage by stage (``sides/round_stages.py``:
+   one run traced at both ends).
 B. Synchronous SGD beside TensorFlow's MultiWorkerMirroredStrategy (2 local
    processes, ring all-reduce, ``sides/mwms_worker.py``): the same MLP,
    digits, seed, batch 64 per worker and one TensorFlow thread per process.
@@ -62,6 +64,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -70,6 +73,7 @@ import psutil  # noqa: E402
 from bare_round import run_bare, run_bare_in_workers  # noqa: E402
 from bench_training import host_info  # noqa: E402
 from distributed.protocol import to_serialize  # noqa: E402
+from round_stages import CLIENT_STAGES, DEVICE_STAGES, stage_times, trace_rounds  # noqa: E402
 
 from edgelab.cluster import DeviceCluster, connect  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
@@ -235,7 +239,7 @@ def round_costs(run: TrainRun, cores: int) -> dict[str, float]:
 def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, Any]:
     """Part A: per-round overhead and its floor, host CPU per round, for each device count and side."""
     cores = len(os.sched_getaffinity(0))
-    out: dict[str, Any] = {"cores": cores, "cells": [], "bare": []}
+    out: dict[str, Any] = {"cores": cores, "cells": [], "bare": [], "stages": []}
     n_max = max(DEVICE_COUNTS)
     data = dataset.limited(sample_limit=rounds * BATCH, test_limit=100)
     with connect(n_max, dashboard_address="127.0.0.1:0") as cluster:
@@ -277,6 +281,12 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                     out["cells"].append(cell)
                     _say(f"{n:2d} devices {side:11s}", cell, f", host CPU {cell['host_cpu_ms_per_round']:.1f} ms/round")
             os.environ.pop(CHANNELS_ENV, None)
+            # Where the direct round's time goes: one more run, each stage stamped at both ends.
+            traced_run = partial(train, cluster, data, cfg, transport="direct", log=lambda _: None)
+            run, events, calls = trace_rounds(cluster.client, traced_run)
+            traced = {"devices": n, **round_costs(run, cores), **stage_times(events, calls)}
+            out["stages"].append(traced)
+            print(f"[A] {n:2d} devices, stages: " + ", ".join(f"{k} {traced[k]:.3f}" for k in STAGE_KEYS), flush=True)
             # The same rounds with none of edgelab's plumbing, on the same host in the same minutes.
             # And in edgelab's device workers, a thread each: what hosting a device in a Dask worker costs.
             bare = run_bare(n, data.x_train, data.y_train, rounds=rounds, repeats=repeats, batch=BATCH)
@@ -296,6 +306,32 @@ def bench_rounds(dataset: Dataset, *, rounds: int, repeats: int) -> dict[str, An
                     out["bare"].append(run)
                     _say(f"{n:2d} devices bare, {where:9s}", run)
     return out
+
+
+#: A traced run's stages, as its report's columns give them.
+STAGE_KEYS = (*CLIENT_STAGES, *DEVICE_STAGES)
+#: The stages that are edgelab's own Python rather than the step, the bytes' flight or the mean (``own_code_ms``).
+OWN_CODE = ("decode", "to_step", "bookkeeping", "encode")
+
+
+def summarize_stages(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each traced run's stages, with edgelab's own code on the round's path and the overhead left without it.
+
+    Own code = the client's time between rounds but the mean and the step,
+    plus the device's decode, dispatch, bookkeeping and encode: what a round
+    would lose if edgelab's Python cost nothing. ``overhead_without_own_ms``
+    puts that beside the target (``target_ms``: 1.5x the median floor of the
+    device count's direct runs).
+    """
+    floors = {r["devices"]: r["floor_ms"] for r in summarize_rounds(part) if r["transport"] == "direct"}
+    rows = []
+    for traced in part.get("stages", []):
+        row = dict(traced)
+        row["own_code_ms"] = traced["between_rounds"] - traced["mean_and_step"] + sum(traced[k] for k in OWN_CODE)
+        row["overhead_without_own_ms"] = traced["overhead_ms"] - row["own_code_ms"]
+        row["target_ms"] = OVERHEAD_TARGET * floors[traced["devices"]] if traced["devices"] in floors else float("nan")
+        rows.append(row)
+    return rows
 
 
 def _say(label: str, run: dict[str, Any], more: str = "") -> None:
@@ -595,6 +631,37 @@ def render_markdown(results: dict[str, Any]) -> str:
                     f"{r['floor_ms']:.2f} | {r['overhead_over_floor']:.2f} | {r['in_workers_overhead_ms']:.2f} | "
                     f"{r.get('direct_overhead_ms', float('nan')):.2f} | {r.get('direct_excess_ms', float('nan')):.2f} |"
                 )
+        stages = summarize_stages(a)
+        if stages:
+            lines += [
+                "",
+                "### Where the direct transport's round goes (``sides/round_stages.py``)",
+                "",
+                "One more direct run of each device count, every stage of every round stamped at both ends "
+                "(one monotonic clock for the host's processes; medians in ms, device stages over all the "
+                "devices' calls). Between rounds = the client, from a round's last reply read to the next round's "
+                "first call starting out, the mean and the step (m+s) included; sending = its first call to its "
+                "last sent; in flight = from the client's end of sending a call to the device having it whole, "
+                "and back from the device's end of sending its reply to the client having it decoded; to step = "
+                "the call handed to ``train_round``; bookkeeping = ``train_round`` outside its step. Own code = "
+                "between rounds but m+s, plus decode, to step, bookkeeping and encode: edgelab's Python on the "
+                "round's path. Beside the overhead of the traced run, what would be left if that cost nothing, "
+                "and the target (1.5x the floor above). The stamps cost the traced run something: its overhead beside "
+                "the untraced direct runs' above says how much.",
+                "",
+                "| devices | round ms | step ms | overhead ms | between rounds (m+s) | sending | call in flight | "
+                "decode | to step | bookkeeping | encode | send reply | reply in flight | own code ms | "
+                "overhead without own code | target ms |",
+                "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for r in stages:
+                lines.append(
+                    f"| {r['devices']} | {r['round_ms']:.2f} | {r['step']:.2f} | {r['overhead_ms']:.2f} | "
+                    f"{r['between_rounds']:.2f} ({r['mean_and_step']:.2f}) | {r['sending']:.2f} | "
+                    f"{r['call_in_flight']:.2f} | {r['decode']:.3f} | {r['to_step']:.3f} | {r['bookkeeping']:.3f} | "
+                    f"{r['encode']:.3f} | {r['send_reply']:.2f} | {r['reply_in_flight']:.2f} | "
+                    f"{r['own_code_ms']:.2f} | {r['overhead_without_own_ms']:.2f} | {r['target_ms']:.2f} |"
+                )
     if "mwms" in results:
         b = results["mwms"]
         lines += [
@@ -657,6 +724,7 @@ def run_benchmark(*, parts: list[str], repeats: int, rounds: int, samples: int) 
         results["rounds"] = bench_rounds(dataset, rounds=rounds, repeats=repeats)
         results["rounds"]["summary"] = summarize_rounds(results["rounds"])
         results["rounds"]["bare_summary"] = summarize_bare(results["rounds"])
+        results["rounds"]["stages_summary"] = summarize_stages(results["rounds"])
     if "mwms" in parts:
         results["mwms"] = bench_mwms(dataset, repeats=repeats)
     if "flower" in parts:

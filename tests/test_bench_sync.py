@@ -222,3 +222,120 @@ def _results_with(part, bench_sync):  # type: ignore[no-untyped-def]
     host = {"date_utc": "now", "processor": "x86_64", "cpu_count": 2, "tensorflow": "2", "distributed": "2"}
     host |= {"loadavg_start": [0.0], "loadavg_end": [0.0], "benchmark_wall_s": 60.0}
     return {"config": {"repeats": 2, "rounds": 10}, "dataset": {"source": "test"}, "host": host, "rounds": part}
+
+
+def _stamped_rounds(n_rounds: int) -> tuple[list[tuple[str, int, float]], list[dict[str, float]]]:
+    """A client's and two devices' stamps (ms apart, in seconds) of ``n_rounds`` rounds 10 ms long, each stage known."""
+    events, calls = [], []
+    for r in range(n_rounds):
+        t = r * 0.010
+        events += [("round0", 0, t), ("send0", 1, t + 0.0001), ("send1", 1, t + 0.0003)]
+        events += [("send0", 2, t + 0.0003), ("send1", 2, t + 0.0005)]
+        events += [("reply", 1, t + 0.0030), ("reply", 2, t + 0.0032), ("round1", 0, t + 0.00325)]
+        events += [("mean0", 0, t + 0.0033), ("mean1", 0, t + 0.00345)]
+        events += [("send0", 1, t + 0.0060), ("send1", 1, t + 0.0061), ("reply", 1, t + 0.0062)]  # not a round's
+        for port, sent_at in ((1, 0.0003), (2, 0.0005)):
+            arrived = t + sent_at + 0.0001
+            returned = arrived + 0.00007 + 0.002 + 0.00013
+            call = {"port": port, "in": arrived, "decoded": arrived + 0.00005, "step_call": arrived + 0.00007}
+            call |= {"step": 0.002, "returned": returned, "encoded": returned + 0.00002}
+            call["sent"] = (t + 0.0030 if port == 1 else t + 0.0032) - 0.0002
+            calls.append(call)
+    return events, calls
+
+
+def test_a_rounds_stages_are_read_from_the_stamps_of_both_ends(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: 30 rounds of two devices, every stage of every round of a known length
+    events, calls = _stamped_rounds(30)
+
+    # Execute
+    stages = bench_sync.stage_times(events, calls, warmup=5)
+
+    # Assert: each stage as it was stamped; a call outside the rounds (an evaluation) counts nowhere
+    expected = {
+        "between_rounds": 10.1 - 3.2,  # the last reply read to the next round's first call starting out
+        "mean_and_step": 0.15,
+        "sending": 0.4,
+        "call_in_flight": 0.1,
+        "decode": 0.05,
+        "to_step": 0.02,
+        "step": 2.0,
+        "bookkeeping": 0.13,
+        "encode": 0.02,
+        "send_reply": 0.18,
+        "reply_in_flight": 0.2,
+    }
+    assert stages == pytest.approx(expected, abs=1e-9)
+
+
+def test_stages_need_more_rounds_than_the_warmup(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    events, calls = _stamped_rounds(6)
+    with pytest.raises(ValueError, match="needs more than 21 whole rounds, got 6"):
+        bench_sync.stage_times(events, calls)
+
+
+def test_a_traced_run_has_every_stage_and_leaves_both_ends_as_they_were(bench_sync, cluster, dataset) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: direct rounds of two devices on the module's real cluster (32 rounds: 2 epochs of 16)
+    import edgelab.channel as channel
+    from edgelab.train import train
+
+    def untraced() -> dict[str, bool]:
+        import edgelab.channel
+        import edgelab.round_wire
+        import edgelab.runtime
+
+        return {
+            "frames": edgelab.channel.receive_frame.__module__ == "edgelab.channel",
+            "rounds": edgelab.runtime.DIRECT_FUNCTIONS["train_round"] is edgelab.runtime.train_round,
+            "replies": edgelab.round_wire.encode_reply.__module__ == "edgelab.round_wire",
+        }
+
+    cfg = TrainConfig(model="mlp", n_devices=2, batch_size=8, epochs=2, worker_data="full")
+    sending = channel.send_message
+
+    # Execute
+    run, events, calls = bench_sync.trace_rounds(
+        cluster.client, lambda: train(cluster, dataset, cfg, transport="direct", log=lambda _: None)
+    )
+    stages = bench_sync.stage_times(events, calls, warmup=4)
+
+    # Assert: every stage was seen and took time; the step is the records' own wall
+    assert set(stages) == {*bench_sync.CLIENT_STAGES, *bench_sync.DEVICE_STAGES}
+    assert all(np.isfinite(v) and v > 0 for v in stages.values()), stages
+    assert len(calls) == 2 * run.records["round"].nunique()
+    steps = [c["step"] for c in calls]
+    assert 1e3 * min(steps) <= stages["step"] <= 1e3 * max(steps)
+    assert set(steps) <= set(run.records["wall_s"])
+    # Assert: no wrapper is left on either end
+    assert channel.send_message is sending
+    assert all(all(checks.values()) for checks in cluster.client.run(untraced).values())
+
+
+def test_the_stages_summary_puts_edgelabs_own_code_beside_the_target(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a direct cell whose floor is 1 ms and one traced run of 2 devices
+    events, calls = _stamped_rounds(30)
+    part = {
+        "cells": [
+            {
+                "devices": 2,
+                "transport": "direct",
+                **{k: 1.0 for k in ("round_ms", "compute_ms", "server_ms", "floor_ms", "echo_ms")},
+                **{k: 1.0 for k in ("overhead_over_echo", "rounds_per_s", "host_cpu_ms_per_round")},
+                **{k: 1.0 for k in ("device_cpu_ms", "bytes_per_round", "cores_busy")},
+                "overhead_ms": 3.0,
+                "overhead_over_floor": 3.0,
+            }
+        ],
+        "bare": [],
+        "stages": [{"devices": 2, "round_ms": 10.0, "overhead_ms": 8.0, **bench_sync.stage_times(events, calls)}],
+    }
+
+    # Execute
+    (row,) = bench_sync.summarize_stages(part)
+
+    # Assert: own code = between rounds but the mean, plus decode, to step, bookkeeping and encode
+    own = (6.9 - 0.15) + 0.05 + 0.02 + 0.13 + 0.02
+    assert row["own_code_ms"] == pytest.approx(own)
+    assert row["overhead_without_own_ms"] == pytest.approx(8.0 - own)
+    assert row["target_ms"] == pytest.approx(1.5)
+    assert "Where the direct transport's round goes" in bench_sync.render_markdown(_results_with(part, bench_sync))
