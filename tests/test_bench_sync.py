@@ -268,10 +268,15 @@ def test_a_rounds_stages_are_read_from_the_stamps_of_both_ends(bench_sync) -> No
     assert stages == pytest.approx(expected, abs=1e-9)
 
 
-def test_stages_need_more_rounds_than_the_warmup(bench_sync) -> None:  # type: ignore[no-untyped-def]
-    events, calls = _stamped_rounds(6)
-    with pytest.raises(ValueError, match="needs more than 21 whole rounds, got 6"):
-        bench_sync.stage_times(events, calls)
+def test_stages_need_more_rounds_than_the_warmup_and_a_short_run_leaves_out_a_quarter(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    events, calls = _stamped_rounds(12)
+    with pytest.raises(ValueError, match="needs more than 21 whole rounds, got 12"):
+        bench_sync.stage_times(events, calls, warmup=20)
+
+    # The benchmark's shortest runs (--rounds 10): a quarter left out, the rest measured
+    stages = bench_sync.stage_times(*_stamped_rounds(10))
+    assert stages["step"] == pytest.approx(2.0)
+    assert stages["between_rounds"] == pytest.approx(6.9)
 
 
 def test_a_traced_run_has_every_stage_and_leaves_both_ends_as_they_were(bench_sync, cluster, dataset) -> None:  # type: ignore[no-untyped-def]

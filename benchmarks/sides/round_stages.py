@@ -192,10 +192,13 @@ def trace_rounds(client: Any, run: Callable[[], Any]) -> tuple[Any, list[tuple[s
 # ------------------------------------------------------------ the stages ----
 
 
-def stage_times(events: list[tuple[str, int, float]], calls: list[dict], *, warmup: int = WARMUP) -> dict[str, float]:
+def stage_times(
+    events: list[tuple[str, int, float]], calls: list[dict], *, warmup: int | None = None
+) -> dict[str, float]:
     """Each stage's median in milliseconds (see the module's docstring), from a traced run's stamps.
 
-    The first ``warmup`` rounds are left out, and the device calls made in them.
+    The first ``warmup`` rounds are left out, and the device calls made in
+    them; by default ``WARMUP``, or a quarter of a shorter run's rounds.
     """
     rounds: list[list[tuple[str, int, float]]] = []
     for kind, port, t in events:
@@ -204,6 +207,8 @@ def stage_times(events: list[tuple[str, int, float]], calls: list[dict], *, warm
         elif rounds and (not rounds[-1] or rounds[-1][-1][0] != "round1"):
             rounds[-1].append((kind, port, t))
     rounds = [r for r in rounds if r and r[-1][0] == "round1"]
+    if warmup is None:
+        warmup = min(WARMUP, len(rounds) // 4)
     if len(rounds) <= warmup + 1:
         raise ValueError(f"a traced run needs more than {warmup + 1} whole rounds, got {len(rounds)}")
     out: dict[str, list[float]] = {name: [] for name in (*CLIENT_STAGES, *DEVICE_STAGES)}
