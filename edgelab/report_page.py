@@ -81,7 +81,8 @@ def notebook_runs(root: Path) -> list[dict[str, Any]]:
 def performance(root: Path) -> dict[str, Any]:
     """The benchmarks' history (``benchmarks/history.jsonl``, by ``benchmarks/track.py``), oldest run first.
 
-    Returns the runs and, per headline, its values run by run (None where a run did not measure it).
+    Returns the runs and, per headline, its values run by run (None where a run did not measure it), and
+    the path of the synchronization benchmark's scaling plot from ``root`` ("" where there is none).
     """
     path = root / "benchmarks" / "history.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
@@ -91,7 +92,9 @@ def performance(root: Path) -> dict[str, Any]:
     for name in names:
         latest = next(hs[name] for hs in reversed(by_run) if name in hs)
         rows.append({"name": name, "latest": latest, "history": [hs.get(name) for hs in by_run]})
-    return {"runs": runs, "rows": rows}
+    # The synchronization benchmark's scaling plot, where one was saved.
+    scaling = "benchmarks/sync.png" if (root / "benchmarks" / "sync.png").is_file() else ""
+    return {"runs": runs, "rows": rows, "scaling": scaling}
 
 
 def _manifest(root: Path) -> dict[str, Any]:
@@ -202,6 +205,10 @@ details in <code>benchmarks/*.md</code>).</p>
 <td>{{ "%.3g" | format(row.latest.value) }}{{ row.latest.unit }}</td><td>{{ "yes" if row.latest.met else "no" }}</td>
 {% for h in row.history %}<td>{{ "%.3g" | format(h.value) if h else "" }}</td>{% endfor %}</tr>
 {% endfor %}</table>
+{% if perf.scaling %}<p>How a synchronous round scales with the devices, each transport (rounds per second and the
+host's CPU per round; <code>benchmarks/sync.md</code>):</p>
+<img src="{{ perf.scaling }}" alt="synchronous rounds per second and host CPU per round against devices">
+{% endif %}
 {% endif %}
 {% for doc, title, items in documents %}
 <h2 id="{{ doc }}">{{ title }}</h2>

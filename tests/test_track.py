@@ -39,6 +39,13 @@ def test_sync_headlines_are_the_saved_numbers_with_their_targets(track) -> None:
         row = rows[f"sync/{n} devices: overhead / floor"]
         assert row["value"] == pytest.approx(direct[n]["overhead_over_floor"], abs=1e-4)
         assert row["met"] == (direct[n]["overhead_over_floor"] <= 1.5)
+    # Assert: the least plumbing's beside it, against the same target
+    bare = {r["devices"]: r for r in result["rounds"]["bare_summary"]}
+    for n in (2, 5, 10):
+        row = rows[f"sync/{n} devices, the least plumbing (reference): overhead / floor"]
+        assert row["value"] == pytest.approx(bare[n]["overhead_over_floor"], abs=1e-4)
+        assert row["met"] == (bare[n]["overhead_over_floor"] <= 1.5) and row["target"] == "<= 1.5"
+    assert "sync/1 devices, the least plumbing (reference): overhead / floor" not in rows
     assert rows["sync: edgelab / MWMS steps/s"]["value"] == pytest.approx(result["mwms"]["ratio"], abs=1e-4)
     assert rows["sync: edgelab / Flower rounds/s"]["target"] == ">= 1.0"
 
@@ -85,3 +92,7 @@ def test_saved_results_are_recorded_and_the_page_shows_the_history(track, tmp_pa
     assert mwms["history"][1] is None  # the second run did not measure it
     assert perf["runs"][0]["benchmarks"]["sync"]["outcome"].startswith("saved, 2026-")
     assert 'id="performance"' in page and "edgelab / MWMS steps/s" in page
+    # The scaling plot is on the page, and not without its file
+    assert '<img src="benchmarks/sync.png"' in page
+    (out / "sync.png").unlink()
+    assert "benchmarks/sync.png" not in report_page.render(tmp_path).read_text()
