@@ -58,7 +58,7 @@ WARMUP = 20
 
 
 def _trace_device(dask_worker: Any = None) -> None:
-    """Wrap this device's round-channel stages so that each round call leaves its stamps (``_device_calls``)."""
+    """Wrap this device's round-channel stages so that each round call leaves its stamps (``_untrace_device``)."""
     import edgelab.channel as channel
     import edgelab.round_wire as round_wire
     import edgelab.runtime as runtime
@@ -224,7 +224,7 @@ def stage_times(
                 replies.setdefault(port, []).append(t)
         if i < warmup:
             continue
-        times = {kind: [t for k, _, t in rnd if k == kind] for kind in ("send0", "send1", "reply", "mean0", "mean1")}
+        times = {kind: [t for k, _, t in rnd if k == kind] for kind in ("send0", "send1", "reply")}
         out["sending"].append(times["send1"][-1] - times["send0"][0])
         if i + 1 < len(rounds):
             next_send = next(t for k, _, t in rounds[i + 1] if k == "send0")
