@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from edgelab.environ import environment
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "park2020_lenet.ipynb"
 LENET_IDS = [f"park2020/{i}" for i in ("table1", "table2", "fig4a", "fig4b", "fig4c", "fig4d")]
@@ -15,12 +18,21 @@ pytestmark = pytest.mark.notebook
 
 
 def _execute(out: Path, parameters: dict[str, Any]) -> None:
-    """Run the notebook with papermill into ``out``, as ``edgelab reproduce`` does."""
+    """Run the notebook with papermill into ``out``, as ``edgelab reproduce`` does.
+
+    Its kernel and the processes it starts keep their temporary files in a
+    folder of the run's, removed after it, as ``edgelab reproduce`` gives
+    each notebook: the kernel ends without removing its fork server's folder.
+    """
     import papermill
 
-    papermill.execute_notebook(
-        str(NOTEBOOK), str(out), parameters=parameters, cwd=str(NOTEBOOK.parent), progress_bar=False
-    )
+    with (
+        tempfile.TemporaryDirectory(prefix="edgelab-test-nb-", ignore_cleanup_errors=True) as scratch,
+        environment({"TMPDIR": scratch}),
+    ):
+        papermill.execute_notebook(
+            str(NOTEBOOK), str(out), parameters=parameters, cwd=str(NOTEBOOK.parent), progress_bar=False
+        )
 
 
 def _outputs(nb_path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,8 @@ def _chromium() -> tuple[str, str]:
     pytest.skip(reason)
 
 
-def _browser(browser: str, driver: str) -> Any:
+def _browser(browser: str, driver: str, tmp: str) -> Any:
+    """Headless Chromium through its driver; both keep their temporary files in ``tmp`` (a short path: a socket)."""
     from selenium import webdriver
 
     options = webdriver.ChromeOptions()
@@ -175,7 +177,8 @@ def _browser(browser: str, driver: str) -> Any:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+    service = webdriver.ChromeService(executable_path=driver, env={**os.environ, "TMPDIR": tmp})
+    return webdriver.Chrome(options=options, service=service)
 
 
 @pytest.mark.integration
@@ -188,8 +191,9 @@ def test_the_committed_report_loads_in_chromium_with_no_console_error_and_every_
     screenshot = cache_dir() / "test-artifacts" / "index.png"
     screenshot.parent.mkdir(parents=True, exist_ok=True)
 
-    # Execute
-    chrome = _browser(browser, driver)
+    # Execute: the browser's own folder (its singleton socket) in one of the test's, removed after
+    scratch = tempfile.TemporaryDirectory(prefix="edgelab-chromium-", ignore_cleanup_errors=True)
+    chrome = _browser(browser, driver, scratch.name)
     try:
         chrome.get(page.as_uri())
         images = chrome.execute_script(
@@ -201,6 +205,7 @@ def test_the_committed_report_loads_in_chromium_with_no_console_error_and_every_
         chrome.save_screenshot(str(screenshot))
     finally:
         chrome.quit()
+        scratch.cleanup()
 
     # Assert
     assert title.startswith("edgelab")
