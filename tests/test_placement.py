@@ -128,3 +128,19 @@ def test_a_users_network_is_cut_and_placed_on_the_times_given_for_it(cifar10_dir
     assert sum(chain.stage_s["end"]) == pytest.approx(times["end"] * plan.params.images)
     assert sum(chain.stage_s["cloud"]) == pytest.approx(times["cloud"] * plan.params.images)
     assert plan.run_params(plan.runs[0])["network"] == plan.params.network_name
+
+
+def test_a_run_whose_clock_leaves_the_searchs_latency_is_a_wrong_result() -> None:
+    import pandas as pd
+
+    from edgelab.figures import qiao_placement as figure
+
+    # Prepare: two real runs whose clocks equal the search's latencies, then one off by 5%
+    runs = pd.DataFrame({"clock_s": [1.5, 2.0], "predicted_s": [1.5, 2.0]})
+
+    # Execute
+    same, off = figure.agreement(runs), figure.agreement(runs.assign(clock_s=[1.5, 2.1]))
+
+    # Assert: the implementation's correctness, not a prediction of the paper's
+    assert (same.passed, same.kind) == (True, "correctness")
+    assert off.passed is False

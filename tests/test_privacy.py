@@ -69,3 +69,37 @@ def test_the_overhead_is_the_moved_compute_plus_the_extra_bytes() -> None:
     assert at_edge["overhead_pct"] < at_end["overhead_pct"]
     with pytest.raises(ConfigError, match=r"at='cloud' is not allowed"):
         privacy.overhead(ZHANG2018, calibration, "wrn-28-10", 0.0, raw, latency_s=1.0, at="cloud")
+
+
+def test_the_items_checks_tables_as_structure_and_the_clock_and_the_attack_as_predictions() -> None:
+    import pandas as pd
+
+    from edgelab import verdict
+    from edgelab.figures import zhang2018_privacy as fig
+
+    # Prepare: the modules as built, and an attack that rebuilt the images (SSIM 0.99999)
+    stems = fig.modules()
+    t3, t4 = fig.table3(stems), fig.table4(stems)
+    attacked = pd.DataFrame(
+        [{"module of": m, "images": 3, "psnr_min_db": 100.0, "ssim_min": 0.99999} for m, _ in fig.MODULES]
+    )
+
+    # Execute
+    three = {c.name: c for c in fig.table3_checks(t3, attacked)}
+    four = {c.name: c for c in fig.table4_checks(t4)}
+    c25 = fig.eq8_check(t4)
+
+    # Assert: Table 3 is the report's, C29 fails on the attack; Table 4's size and C25 differ, its ordering holds
+    assert {n: (c.passed, c.kind) for n, c in three.items()} == {
+        "outputs and parameters": (True, "structural"),
+        "weights file": (True, "structural"),
+        "C24": (True, "structural"),  # 1.13% and 0.051% of MobileNet's parameters
+        "C29": (False, "predicted"),
+    }
+    assert "inverts it to float rounding" in three["C29"].note
+    assert four["level"].passed is False
+    assert four["C26 (end)"].passed and four["C26 (edge)"].passed and four["C27"].passed
+    assert four["C28"].undecided == "qualitative"
+    assert c25.passed is False and "No bandwidth makes both hold" in c25.note
+    status = verdict.decide(list(four.values()), fitted=[], predicted=["x"], noise=verdict.Noise.none("clock")).status
+    assert status == "differs"

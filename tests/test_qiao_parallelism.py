@@ -147,7 +147,14 @@ def test_render_writes_both_items_with_verdicts(done: tuple[exp.Plan, list[Store
     assert [i.id for i in items] == ["qiao/fig3-1", "qiao/fig3-2"]
     for item in items:
         assert all(Path(f).is_file() for f in item.files)
-        assert item.status in ("reproduced", "differs", "not judged") and item.why
+        assert item.status in ("reproduced", "consistent", "differs", "not judged") and item.why
+    # fig3-1's clock is the device model's; fig3-2's "one busy at a time" is the schedule the run configured
+    kinds = {c.name: c.basis.name for i in items for c in i.verdict.checks}
+    assert kinds["trend"] == kinds["stragglers"] == "MODELLED"
+    assert kinds["replay is the run's schedule"] == kinds["one device: Sync = Async"] == "CORRECTNESS"
+    assert kinds["one stage at a time"] == kinds["utilisation"] == "CONFIGURED"
+    assert kinds["working set per worker"] == "STRUCTURE"
+    assert items[1].verdict.wrong == []
     assert np.isfinite(exp.model_summary(plan, stored)["utilisation"]).all()
 
 
@@ -171,7 +178,9 @@ def test_the_split_trains_the_single_workers_weights_bit_for_bit(done: tuple[exp
         # measure a rise a little below zero (CI saw -112 KiB): a rise, if any, is within that slack or above.
         assert (table["rss_rise_bytes"] > -(2**20)).all() and table["fits"].all()
         assert table["rss_rise_bytes"].max() > 0
-        assert figures.oversized_check(plan, table).passed is None  # fits one device: nothing to show
+        memory, weights = figures.oversized_checks(plan, table)
+        assert memory.passed is None and memory.undecided == "too small"  # fits one device: nothing to show
+        assert weights.passed is True
 
 
 def _oversized_table(single: float, split: list[float], same: bool = True, diff: float = 0.0) -> pd.DataFrame:
@@ -181,18 +190,26 @@ def _oversized_table(single: float, split: list[float], same: bool = True, diff:
 
 
 @pytest.mark.parametrize(
-    ("table", "passed"),
+    ("table", "memory", "weights"),
     [
-        (_oversized_table(900, [400, 390]), True),
-        (_oversized_table(900, [400, 800]), False),  # one worker of the split over the budget
-        (_oversized_table(900, [400, 390], same=False, diff=1e-3), False),  # the split trained something else
-        (_oversized_table(900, [400, 390], same=False, diff=1e-7), True),  # float rounding only
-        (_oversized_table(700, [400, 390]), None),  # fits one device: nothing to show
-        (_oversized_table(900, [400, float("nan")]), None),  # a peak not measured
+        (_oversized_table(900, [400, 390]), True, True),
+        (_oversized_table(900, [400, 800]), False, True),  # one worker of the split over the budget
+        (_oversized_table(900, [400, 390], same=False, diff=1e-3), True, False),  # the split trained something else
+        (_oversized_table(900, [400, 390], same=False, diff=1e-7), True, True),  # float rounding only
+        (_oversized_table(700, [400, 390]), None, True),  # fits one device: nothing to show
+        (_oversized_table(900, [400, float("nan")]), None, True),  # a peak not measured
     ],
 )
-def test_too_big_for_one_device_check(done: tuple[exp.Plan, list[StoredRun]], table: pd.DataFrame,
-                                      passed: bool | None) -> None:  # fmt: skip
+def test_too_big_for_one_device_checks(done: tuple[exp.Plan, list[StoredRun]], table: pd.DataFrame,
+                                       memory: bool | None, weights: bool) -> None:  # fmt: skip
     plan, _ = done  # pi3b: a 724 MiB training budget
     mib = table.assign(rss_rise_bytes=table["rss_rise_bytes"] * 2**20)
-    assert figures.oversized_check(plan, mib).passed is passed
+    checks = figures.oversized_checks(plan, mib)
+    assert [c.passed for c in checks] == [memory, weights]
+    # the memory is measured once: a prediction the policy leaves undecided until three runs stand behind it
+    assert [c.basis.name for c in checks] == ["HOST_MEASURE", "CORRECTNESS"] and checks[0].runs <= 1
+    if memory is not None:
+        assert (
+            figures.verdict.decide(checks[:1], fitted=[], predicted=["K=2"], noise=figures.MODELLED_CLOCK).status
+            == "not judged"
+        )

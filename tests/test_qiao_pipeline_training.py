@@ -141,10 +141,16 @@ def test_a_users_network_runs_both_schedules_and_renders_four_items(cluster: Dev
     items = fig.render(tmp_path / "reports", plan, runs, notebook="nb", parameters={})
     assert [i.id for i in items] == ["qiao/fig3-3a", "qiao/eq-gpipe-bubble", "qiao/fig3-3b", "qiao/fig3-3"]
     for item in items:
-        assert item.status in ("reproduced", "differs", "not judged") and item.why
+        assert item.status in ("reproduced", "consistent", "differs", "not judged") and item.why
         assert all(Path(f).is_file() for f in item.files)
-    stash = next(c for c in items[2].verdict["checks"] if c["name"] == "weight stashing")
-    assert stash["passed"] is True
+        assert item.verdict.wrong == []
+    checks = {c.name: c for item in items for c in item.verdict.checks}
+    assert (checks["weight stashing"].passed, checks["weight stashing"].kind) == (True, "correctness")
+    assert (checks["GPipe's update is SGD's"].passed, checks["GPipe's update is SGD's"].kind) == (True, "correctness")
+    # one run of each: the device clock's claims are left undecided, whatever they would read
+    assert checks["trend"].basis.name == checks["steady idle"].basis.name == "EMULATED_TIME"
+    assert checks["trend"].undecided in ("noisy", "too small") and checks["steady idle"].undecided == "noisy"
+    assert items[3].verdict.reason_class == "qualitative"
 
     # a second run finds everything stored: no cluster work
     assert exp.pending(plan, store) == []

@@ -46,5 +46,6 @@ def test_render_writes_the_three_items_not_judged(tmp_path: Path) -> None:
     # Assert
     assert [i.id for i in items] == ["qiao/table-abbrev", "qiao/table2-1", "qiao/fig2-1"]
     assert {i.status for i in items} == {"not judged"}
+    assert {i.verdict.reason_class for i in items} == {"qualitative"} and not any(i.verdict.checks for i in items)
     assert all(Path(f).is_file() for i in items for f in i.files)
     assert "without an entry here: DDNN." in (tmp_path / "qiao" / "table-abbrev.md").read_text()

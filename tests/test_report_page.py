@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from edgelab import catalog, report_page
+from edgelab import catalog, report_page, verdict
 from edgelab.paths import REPO_ROOT, cache_dir
 from edgelab.report import ReportItem, update_manifest
 
@@ -24,13 +24,24 @@ def _item(root: Path, item_id: str, status: str = "reproduced", why: str = "", n
     return ReportItem(
         item_id,
         [str(md)],
+        _verdict(status, why),
         data_source={"name": "mnist", "source": "data_dir"},
         clock="emulated device time",
         paper_values_shown=True,
-        status=status,
-        why=why,
         notebook=notebook,
     )
+
+
+def _verdict(status: str, why: str) -> verdict.Verdict:
+    """A verdict of ``status`` from the policy itself: one counted check that holds or fails, or none."""
+    if status == "not judged":
+        return verdict.decide([], fitted=[], predicted=[], noise=verdict.Noise.none("a test"), reason=why,
+                              reason_class="qualitative")  # fmt: skip
+    basis = verdict.Basis.STRUCTURE if status == "consistent" else verdict.Basis.COUNTED
+    check = verdict.Check("bytes", status != "differs", why or "as counted", "equal", basis=basis)
+    made = verdict.decide([check], fitted=[], predicted=["N=1"], noise=verdict.Noise.none("counted"))
+    assert made.status == status
+    return made
 
 
 def test_every_id_is_listed_in_order_and_the_paper_sized_result_wins(
@@ -87,7 +98,9 @@ def test_the_page_counts_ids_by_status_and_escapes_what_it_shows(tmp_path: Path)
     # Assert
     assert page.count('<section class="item"') == 88
     assert "<tr><td>differs</td><td>1</td></tr>" in page
-    assert "<tr><td>not yet</td><td>87</td></tr>" in page
+    assert "<tr><td>not run</td><td>87</td></tr>" in page
+    # The per-paper summary: park2020's row has its one differs, its 21 other ids not run
+    assert "<tr><td>park2020</td><td>0</td><td>0</td><td>1</td>" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; slope" in page
     assert "<td>105</td>" in page  # the Markdown table, rendered
 

@@ -10,7 +10,8 @@ import pytest
 from edgelab import verdict as policy
 from edgelab.figures.park2020 import judge_fig4, judge_time_table
 from edgelab.reference import load_reference
-from edgelab.verdict import Check, Noise, decide, noise_of
+from edgelab.timeline import Topology
+from edgelab.verdict import Basis, Check, Noise, decide, noise_of
 
 PAPER_TIME = pd.Series([100.0, 150.0, 200.0, 250.0], index=[1, 2, 3, 4])
 PAPER_ACC = pd.Series([0.96, 0.97, 0.97, 0.97], index=[1, 2, 3, 4])
@@ -30,9 +31,11 @@ def _table(
     n_train: int = FULL,
     paper: pd.Series = PAPER_TIME,
     other: dict[int, list[float]] | None = None,
+    basis: Basis = Basis.EMULATED_TIME,
 ) -> policy.Verdict:
+    """A table judged on ``basis`` (measured CPU time by default); its accuracy the paper's, on three seeds."""
     acc = pd.Series(paper.index.map(PAPER_ACC.reindex(paper.index, fill_value=0.97).get), index=paper.index)
-    measured_acc = _repeated({n: [acc[n]] for n in time})
+    measured_acc = _repeated({n: [acc[n]] * 3 for n in time})
     return judge_time_table(
         paper,
         _repeated(time),
@@ -40,6 +43,7 @@ def _table(
         measured_acc,
         fitted=[1] if fitted is None else fitted,
         n_train=n_train,
+        basis=basis,
         other=None if other is None else _repeated(other),
     )
 
@@ -69,19 +73,21 @@ def test_noise_without_repeats_is_not_measured() -> None:
 
     # Assert
     assert not noise.measured and math.isnan(noise.relative)
-    assert noise.describe() == "not measured (no cell repeated)"
+    assert noise.runs == 1
+    assert noise.describe() == "not measured (each cell ran once; a measured value is judged with 3 runs)"
 
 
 # --------------------------------------------------------------- decide
 
 
-def test_reproduced_needs_a_predicted_cell() -> None:
+def test_a_check_of_a_fitted_cell_is_no_evidence() -> None:
     # Execute: every check holds, but the only cell that ran was fitted
-    verdict = decide([Check("level", True, "", "")], fitted=["N=1 time"], predicted=[], noise=Noise())
+    check = Check("level", True, "", "", basis=Basis.FITTED)
+    verdict = decide([check], fitted=["N=1 time"], predicted=[], noise=Noise(), reason_class="too small")
 
     # Assert
-    assert verdict.status == "not judged"
-    assert verdict.why == "nothing predicted: only fitted cells ran"
+    assert (verdict.status, verdict.reason_class) == ("not judged", "too small")
+    assert verdict.why == "only fitted cells ran"
 
 
 @pytest.mark.parametrize(
@@ -91,27 +97,32 @@ def test_reproduced_needs_a_predicted_cell() -> None:
         ([True, False], "differs"),
         ([None, False], "differs"),
         ([True, None], "not judged"),
-        ([], "not judged"),
     ],
 )
-def test_status_follows_the_checks(outcomes: list[bool | None], status: str) -> None:
-    # Prepare
-    checks = [Check(f"c{i}", o, "m", "r") for i, o in enumerate(outcomes)]
+def test_status_follows_the_predicted_checks(outcomes: list[bool | None], status: str) -> None:
+    # Prepare: predictions on a deterministic model; an undecided one for want of the paper's size
+    checks = [
+        Check(f"c{i}", o, "m", "r", basis=Basis.MODELLED, undecided="too small" if o is None else "")
+        for i, o in enumerate(outcomes)
+    ]
 
     # Execute / Assert
-    assert decide(checks, fitted=[], predicted=["N=2"], noise=Noise()).status == status
+    assert decide(checks, fitted=[], predicted=["N=2"], noise=Noise.none("modelled")).status == status
 
 
-def test_a_failed_control_means_nothing_is_judged() -> None:
-    # Prepare
-    checks = [Check("level", True, "", ""), Check("control", False, "100 vs 130", "agree")]
+def test_a_failed_control_leaves_the_clock_untrusted() -> None:
+    # Prepare: a time that would hold on three runs, and a control that fails
+    checks = [
+        Check("level", True, "", "", basis=Basis.EMULATED_TIME, runs=3),
+        policy.control(pd.Series([100.0, 101.0, 99.0]), pd.Series([130.0, 131.0, 129.0]), what="N=1 twice"),
+    ]
 
     # Execute
     verdict = decide(checks, fitted=[], predicted=["N=2"], noise=Noise())
 
     # Assert
-    assert verdict.status == "not judged"
-    assert verdict.why.startswith("control fails: control: 100 vs 130")
+    assert (verdict.status, verdict.reason_class) == ("not judged", "noisy")
+    assert verdict.checks[0].passed is None and "the control fails" in verdict.checks[0].note
 
 
 def test_every_verdict_states_fitted_predicted_rules_and_noise_whatever_its_status() -> None:
@@ -122,11 +133,12 @@ def test_every_verdict_states_fitted_predicted_rules_and_noise_whatever_its_stat
     # Assert
     assert verdict.status == "reproduced"
     assert "Fitted to the paper (not evidence): N=1 time (the calibration cell)" in md
-    assert "Predicted: N=2 time, N=3 time" in md
+    assert "Predicted cells: N=2 time, N=3 time" in md
     assert "Noise: 2.0% (largest spread; full N=1: 2.0% over 3 runs" in md
     for rule in ("median |error| <= 25%", "Kendall tau x direction >= 0.8", "|slope / paper's slope - 1| <= 25%"):
         assert rule in md
     assert {c["name"] for c in verdict.to_dict()["checks"]} == {"level", "trend", "slope", "accuracy"}
+    assert {c.basis for c in verdict.checks} == {Basis.EMULATED_TIME, Basis.TRAINED}
 
 
 # ----------------------------------------------------------- time tables
@@ -146,8 +158,8 @@ def test_a_slope_twice_the_papers_differs_even_when_every_cell_is_close() -> Non
     # Prepare: the paper rises 10 s per device; the measurement 20 s, yet within 10% at every cell
     paper = pd.Series([200.0, 210.0, 220.0], index=[1, 2, 3])
 
-    # Execute
-    verdict = _table({1: [200.0], 2: [220.0], 3: [240.0]}, paper=paper)
+    # Execute: on the device model's clock (deterministic: one run is all there is)
+    verdict = _table({1: [200.0], 2: [220.0], 3: [240.0]}, paper=paper, basis=Basis.MODELLED)
 
     # Assert
     checks = {c.name: c for c in verdict.checks}
@@ -164,7 +176,7 @@ def test_the_slope_is_compared_over_the_same_device_counts() -> None:
     paper = pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
 
     # Execute: a measurement that follows the paper over N=1..3
-    check = policy.slope(paper, paper[[1, 2, 3]], Noise(), unit=" s")
+    check = policy.slope(paper, paper[[1, 2, 3]], Noise(), unit=" s", basis=Basis.MODELLED)
 
     # Assert
     assert check.passed is True
@@ -176,7 +188,7 @@ def test_a_trend_inside_the_noise_is_not_a_trend() -> None:
     time = _repeated({1: [95.0, 100.0, 105.0], 2: [101.0], 3: [97.0, 102.0, 107.0]})
 
     # Execute
-    check = policy.trend(time.groupby(level=0).median(), +1, noise_of(time), claim="time")
+    check = policy.trend(time.groupby(level=0).median(), +1, noise_of(time), claim="time", basis=Basis.EMULATED_TIME)
 
     # Assert
     assert check.passed is False
@@ -210,7 +222,7 @@ def test_a_slope_beyond_tolerance_and_noise_differs_even_when_the_noise_is_wide(
     time = _repeated({1: [1040.0, 1073.0, 1075.0], 2: [1323.0], 3: [1640.0, 1673.0, 1735.0]})
 
     # Execute
-    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s")
+    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s", basis=Basis.EMULATED_TIME)
 
     # Assert: 170 s/device off, beyond 0.25 x 129.5 = 32 plus 47.5
     assert check.passed is False
@@ -223,16 +235,16 @@ def test_a_slope_inside_tolerance_and_noise_is_not_judged_when_the_noise_is_wide
     time = _repeated({1: [1040.0, 1073.0, 1075.0], 2: [1323.0], 3: [1435.0, 1468.0, 1530.0]})
 
     # Execute
-    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s")
+    check = policy.slope(paper, time.groupby(level=0).median(), noise_of(time), unit=" s", basis=Basis.EMULATED_TIME)
 
     # Assert: 68 s/device off is inside 32 + 48
     assert check.passed is None and check.note == "noise allows +-47.5 s/device"
 
 
 def test_accuracy_is_judged_only_at_the_papers_data_size() -> None:
-    # Execute
-    small = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=1_920)
-    full = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=FULL)
+    # Execute: the device model's times, and three seeds of each accuracy
+    small = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=1_920, basis=Basis.MODELLED)
+    full = _table({1: [100.0], 2: [150.0], 3: [200.0]}, n_train=FULL, basis=Basis.MODELLED)
 
     # Assert
     acc_small = next(c for c in small.checks if c.name == "accuracy")
@@ -248,9 +260,11 @@ def test_the_control_fails_when_identical_runs_differ_beyond_their_own_spread() 
         other={1: [111.0, 112.0, 113.0], 2: [90.0], 3: [70.0, 71.0, 72.0]},
     )
 
-    # Assert: a systematic gap cannot widen its own allowance
-    assert verdict.status == "not judged"
-    assert verdict.why.startswith("control fails: control: medians 100 vs 112: 11.3% apart")
+    # Assert: a systematic gap cannot widen its own allowance; no measured check is decided under it
+    control = next(c for c in verdict.checks if c.name == "control")
+    assert control.passed is False and control.measured == "medians 100 vs 112: 11.3% apart"
+    assert (verdict.status, verdict.reason_class) == ("not judged", "noisy")
+    assert all("the control fails" in c.note for c in verdict.checks if c.name != "control")
 
 
 def test_the_control_holds_when_the_gap_is_inside_a_groups_own_spread() -> None:
@@ -277,7 +291,7 @@ def test_the_papers_own_time_series_pass_the_trend_rule() -> None:
         paper = pd.Series(rows["value"].to_numpy(float), index=rows["devices"].astype(int).to_numpy())
 
         # Execute
-        check = policy.trend(paper, +1, Noise(), claim="time")
+        check = policy.trend(paper, +1, Noise(), claim="time", basis=Basis.MODELLED)
 
         # Assert
         assert check.passed is True, (item_id, check)
@@ -285,7 +299,7 @@ def test_the_papers_own_time_series_pass_the_trend_rule() -> None:
 
 def test_a_constant_series_does_not_grow() -> None:
     # Execute
-    check = policy.trend(pd.Series(100.0, index=[1, 2, 3, 4]), +1, Noise(), claim="time")
+    check = policy.trend(pd.Series(100.0, index=[1, 2, 3, 4]), +1, Noise(), claim="time", basis=Basis.MODELLED)
 
     # Assert
     assert check.passed is False and check.measured.startswith("tau +nan")
@@ -297,12 +311,13 @@ def test_the_checks_name_the_axis_they_are_given_and_whole_floats_as_integers() 
     by_k = pd.Series([1, 1], index=[2, 3])
 
     # Execute
-    trend = policy.trend(by_s, +1, Noise(), claim="time", axis="s")
-    effect = policy.effect(by_s, +1, Noise(), claim="time", axis="s")
-    bound = policy.bound(by_k, [2, 3], upper=1, claim="one at a time", axis="K")
-    single = policy.trend(by_s.iloc[:1], +1, Noise(), claim="time", axis="s")
+    modelled = Basis.MODELLED
+    trend = policy.trend(by_s, +1, Noise(), claim="time", axis="s", basis=modelled)
+    effect = policy.effect(by_s, +1, Noise(), claim="time", axis="s", basis=modelled)
+    bound = policy.bound(by_k, [2, 3], upper=1, claim="one at a time", axis="K", basis=modelled)
+    single = policy.trend(by_s.iloc[:1], +1, Noise(), claim="time", axis="s", basis=modelled)
     noise = noise_of(pd.Series([0.9, 1.1, 2.0], index=[2, 2, 3]), axis="K")
-    default = policy.trend(pd.Series([1.0, 2.0], index=[1.0, 2.5]), +1, Noise(), claim="time")
+    default = policy.trend(pd.Series([1.0, 2.0], index=[1.0, 2.5]), +1, Noise(), claim="time", basis=modelled)
 
     # Assert: the given axis, never N; 4.0 printed as 4, 2.5 as it is
     assert trend.measured == "tau +1.00, change +150.0% from s=1 to s=4"
@@ -317,12 +332,12 @@ def test_the_checks_name_the_axis_they_are_given_and_whole_floats_as_integers() 
 
 
 def test_fig4a_a_fall_of_a_hundredth_is_no_effect() -> None:
-    # Execute: 19.0 -> 18.99, the review's example
-    verdict = judge_fig4("park2020/fig4a", _repeated({1: [19.0], 2: [18995.0 / 1000], 3: [18.99]}))
+    # Execute: 19.0 -> 18.99, the review's example (N=1 is left out: 25 % by construction)
+    verdict = judge_fig4("park2020/fig4a", _repeated({1: [19.0], 2: [19.0], 3: [18.99]}))
 
     # Assert
     effect = next(c for c in verdict.checks if c.name == "effect")
-    assert effect.passed is False
+    assert effect.passed is False and effect.basis is Basis.MODELLED
     assert verdict.status == "differs"
 
 
@@ -338,11 +353,26 @@ def test_fig4a_checks_the_level_where_the_paper_gives_values() -> None:
     assert verdict.status == "differs"
 
 
+def test_fig4a_leaves_out_the_one_device_cell_it_gets_by_construction() -> None:
+    # Execute: one busy thread of four cores reads 25 % at N=1; N=10 reads the paper's 14
+    verdict = judge_fig4("park2020/fig4a", _repeated({1: [25.0], 5: [18.0], 10: [14.0]}))
+
+    # Assert: N=1 is neither predicted nor in a check; the rest is a modelled prediction that holds
+    assert verdict.predicted == ["N=5", "N=10"]
+    level = next(c for c in verdict.checks if c.name == "level")
+    assert level.measured == "median error 0.0%, worst 0.0% at N=10 (14 vs 14)" and "25 % by construction" in level.note
+    assert verdict.status == "reproduced" and verdict.noise.startswith("none: the device-model clock")
+    # With the server on a machine of its own, N=1 exchanges over the link: then it is a prediction too
+    apart = judge_fig4("park2020/fig4a", _repeated({1: [24.0], 10: [14.0]}), topology=Topology(master_is_device=False))
+    assert apart.predicted == ["N=1", "N=10"]
+
+
 def test_fig4a_a_value_exactly_at_the_tolerance_holds_whatever_the_float_noise() -> None:
-    # Prepare: one busy thread on four cores reads 25% (the paper says about 20): exactly 25% off
+    # Prepare: 25 against the paper's about 20: exactly 25% off
     for value in (25.0, 25.000000000000004, 24.999999999999996):
         # Execute
-        check = policy.level(pd.Series({1: 20.0}), pd.Series({1: value}), [1], Noise(), each=True)
+        noise = Noise.none("modelled")
+        check = policy.level(pd.Series({1: 20.0}), pd.Series({1: value}), [1], noise, basis=Basis.MODELLED, each=True)
 
         # Assert
         assert check.passed is True, value
@@ -353,20 +383,21 @@ def test_fig4_network_bounds(item_id: str) -> None:
     # Execute: nothing at N=1, traffic at N=2 (the paper shows none), over 1000 KB/s from 3 on
     verdict = judge_fig4(item_id, _repeated({1: [0.0], 2: [900.0], 3: [1500.0], 10: [1200.0]}))
 
-    # Assert
+    # Assert: N=1 moves nothing by construction (the server is on the device): left out
     bounds = [c for c in verdict.checks if c.name == "bound"]
     assert [c.passed for c in bounds] == [False, True]
-    assert bounds[0].measured == "N=1: 0 KB/s, N=2: 900 KB/s"
+    assert bounds[0].measured == "N=2: 900 KB/s"
     assert verdict.status == "differs"
 
 
 def test_fig4_noise_counts_the_other_settings_repeats() -> None:
-    # Execute: the judged setting repeats within 1%, the other by 2.0 in 25.5
+    # Execute: on a measured clock, the judged setting repeats within 1%, the other by 2.0 in 25.5
     verdict = judge_fig4(
         "park2020/fig4a",
         _repeated({1: [25.0, 25.0, 25.1], 3: [18.0, 18.1, 18.0]}),
         setting="full",
         others={"shard": _repeated({1: [25.0, 25.5, 27.0], 3: [20.0]})},
+        basis=Basis.EMULATED_TIME,
     )
 
     # Assert
@@ -375,10 +406,19 @@ def test_fig4_noise_counts_the_other_settings_repeats() -> None:
 
 
 def test_fig4b_memory_that_does_not_rise_beyond_the_noise_differs() -> None:
-    # Execute: +5 MB where repeats spread 10 MB
+    # Execute: +5 MB where repeats spread 10 MB (a host measurement, three runs)
     verdict = judge_fig4("park2020/fig4b", _repeated({1: [740.0, 746.0, 750.0], 2: [748.0], 3: [745.0, 751.0, 755.0]}))
 
     # Assert
     trend = next(c for c in verdict.checks if c.name == "trend")
-    assert trend.passed is False
+    assert trend.passed is False and trend.basis is Basis.HOST_MEASURE and trend.runs == 3
     assert verdict.status == "differs"
+
+
+def test_fig4b_memory_on_two_runs_is_not_judged() -> None:
+    # Execute: the smoke run's two repeats of the end cells
+    verdict = judge_fig4("park2020/fig4b", _repeated({1: [740.0, 746.0], 2: [748.0], 3: [745.0, 751.0]}))
+
+    # Assert: what the runs show is said, and waits for a third
+    assert (verdict.status, verdict.reason_class) == ("not judged", "noisy")
+    assert all(c.passed is None and c.runs == 2 for c in verdict.checks)

@@ -144,3 +144,35 @@ def test_the_same_devices_fail_for_every_method_and_the_seed_changes_them() -> N
     assert len(set(facts["failing devices"])) > 1  # the repeats differ
     assert exp.failure_seed(0, exp.FaultRunKey("Monitor", 2, 1)) == exp.failure_seed(0, exp.FaultRunKey("Dask", 2, 1))
     assert facts.attrs["fail_after"] == plan.fail_after == 2
+
+
+def test_the_durations_are_modelled_without_is_by_design_and_a_changed_answer_is_wrong() -> None:
+    from edgelab.verdict import Basis, Noise, decide
+
+    # Prepare: the report's job, one run of a method whose answers differ from the undisturbed run's
+    plan = _plan(tasks=200, failures=tuple(range(7)))
+    summary = _summary(_report_values())
+    summary.loc[(summary["method"] == "Monitor") & (summary["failures"] == 3), "same_answers"] = False
+
+    # Execute
+    found = {c.name: c for c in fig.checks(exp.table5(summary), plan, summary)}
+    result = decide(list(found.values()), fitted=[], predicted=["x"], noise=Noise.none("the clock"))
+
+    # Assert
+    assert found["C30"].basis is Basis.CONFIGURED
+    assert {found[n].basis for n in ("C31", "C32", "C33", "level")} == {Basis.MODELLED}
+    assert found["answers"].basis is Basis.CORRECTNESS and "Monitor f=3" in found["answers"].note
+    assert result.status == "differs" and [c.name for c in result.wrong] == ["answers"]
+
+
+def test_eq9_is_set_against_the_clocks_excess_and_the_reduction_names_what_is_smaller() -> None:
+    plan = _plan(tasks=200, failures=(0, 2))
+    model = exp.eq9(plan, _summary({"Reassign": [6.5, 20.0]}, timeouts=[0, 24]).assign(failures=[0, 2]))
+
+    check = fig.eq9_check(model)
+
+    assert check.passed is True and "89%-89% of Reassign's excess" in check.measured  # 12 s of 13.5 s
+    assert check.kind == "structural"
+    assert exp.reduction(plan) == "0, 2 failed devices of the report's 0-6; 1 repeat(s) of the report's 5"
+    full = _plan(**{k: v for k, v in exp.FULL_PROFILE.items() if k != "profile"})
+    assert exp.reduction(full) == ""

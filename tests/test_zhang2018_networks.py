@@ -1,4 +1,4 @@
-"""Zhang 2018's Figure 2 is drawn from the built networks, with their totals beside Tables 1 and 3."""
+"""Zhang 2018's Figure 2 is drawn from the built networks, with their totals checked against Tables 1 and 3."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ def test_the_figure_its_totals_and_every_layer_table_are_written(tmp_path: Path)
     items = zhang2018_networks.render(tmp_path, notebook="notebooks/zhang2018_networks.ipynb", parameters={})
     update_manifest(items, root=tmp_path)
 
-    # Assert: the item, not judged and saying why; its files exist
+    # Assert: the item, consistent (its checks are counts and shapes of what was built); its files exist
     [item] = items
-    assert (item.id, item.status) == ("zhang2018/fig2", "not judged")
+    assert (item.id, item.status) == ("zhang2018/fig2", "consistent")
+    assert {c.name: (c.passed, c.kind) for c in item.verdict.checks} == {
+        "parameters": (True, "structural"),  # the canonical WRN-28-10 10% under the report's total, within tolerance
+        "first layers": (True, "structural"),
+        "inputs and outputs": (True, "structural"),
+    }
+    assert item.reduction == "" and any("P-WRN" in c for c in item.verdict.choices)
     assert all(Path(f).is_file() for f in item.files)
     totals = pd.read_csv(tmp_path / "zhang2018" / "fig2.csv").set_index("network")
     # Parameters beside Table 1's, and the first layers beside Table 3's (the source's own values)
@@ -31,4 +37,4 @@ def test_the_figure_its_totals_and_every_layer_table_are_written(tmp_path: Path)
     layers = pd.read_csv(tmp_path / "zhang2018" / "fig2-layers-mobilenet.csv")
     assert layers["parameters"].sum() == 839_796
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["items"]["zhang2018/fig2"]["status"] == "not judged"
+    assert manifest["items"]["zhang2018/fig2"]["status"] == "consistent"

@@ -89,9 +89,8 @@ def _summary(times: dict[str, list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_the_claims_are_read_off_the_curves() -> None:
-    plan = _plan(end_devices=(1, 2, 3, 4, 5, 6), tasks=16)
-    curves = _summary(
+def _curves() -> pd.DataFrame:
+    return _summary(
         {
             "End": [8.0, 4.0, 2.7, 2.0, 1.6, 1.3],
             "End-Cloud": [20.0, 19.0, 18.5, 18.2, 18.1, 18.0],  # the cloud is the bottleneck
@@ -99,9 +98,19 @@ def test_the_claims_are_read_off_the_curves() -> None:
             "Mapping": [10.0, 6.0, 4.0, 3.0, 6.0, 8.0],  # = End-Edge up to 4 end devices, then slower
         }
     )
-    verdicts = fig.claims(curves, exp.report_job(plan), plan).set_index("claim")["verdict"]
-    assert verdicts["zhang2018/C15"] == "holds"
-    assert verdicts["zhang2018/C16"] == "not tested"
+
+
+def test_the_claims_are_read_off_the_curves_of_the_reports_job() -> None:
+    # Prepare: curves taken as the report's job
+    plan = _plan(end_devices=(1, 2, 3, 4, 5, 6), tasks=16)
+    curves = _curves()
+
+    # Execute
+    verdicts = fig.claims(curves, exp.report_job(plan), plan, report_job=True).set_index("claim")["verdict"]
+
+    # Assert
+    assert verdicts["zhang2018/C15"] == "holds"  # End-Cloud's speed-up 1.11x: poor
+    assert verdicts["zhang2018/C16"] == "does not hold"  # End's 6.2x: the clock charges no assignment
     assert verdicts["zhang2018/C17"] == "holds"
     assert verdicts["zhang2018/C18"] == "holds"  # the gap 2.0 -> 1.0 s shrinks
     assert verdicts["zhang2018/C19"] == "holds"
@@ -110,8 +119,40 @@ def test_the_claims_are_read_off_the_curves() -> None:
     assert verdicts["zhang2018/C23"] == "does not hold"  # eq4 gives 3 at the report's job
     # Mapping slower than End-Cloud at one point: C21 fails
     curves.loc[(curves["scheme"] == "Mapping") & (curves["n_end"] == 6), "clock_s"] = 30.0
-    verdicts = fig.claims(curves, exp.report_job(plan), plan).set_index("claim")["verdict"]
+    verdicts = fig.claims(curves, exp.report_job(plan), plan, report_job=True).set_index("claim")["verdict"]
     assert verdicts["zhang2018/C21"] == "does not hold"
+
+
+def test_on_a_smaller_job_only_the_claims_that_do_not_depend_on_its_size_are_judged() -> None:
+    from edgelab.verdict import Basis
+
+    plan = _plan(end_devices=(1, 2, 3, 4, 5, 6), tasks=16)  # 16 tasks of 2 images, not 200 of 50
+
+    checks = {c.name: c for c in fig.checks(_curves(), exp.report_job(plan), plan)}
+
+    assert {n: c.passed for n, c in checks.items() if c.passed is not None} == {
+        "zhang2018/C16": False,
+        "zhang2018/C23": False,
+    }
+    for name in ("zhang2018/C15", "zhang2018/C17", "zhang2018/C18", "zhang2018/C19", "zhang2018/C21"):
+        assert checks[name].undecided == "too small" and "would hold here" in checks[name].note
+    assert all(c.basis is Basis.MODELLED for c in checks.values())
+    assert "charges no task assignment" in checks["zhang2018/C16"].note
+
+
+def test_eq1_equals_the_clock_and_eq6_must_bound_it() -> None:
+    from edgelab import verdict
+
+    plan = _plan(end_devices=(1, 2, 4, 8), tasks=8)
+    rows = pd.DataFrame({"scheme": "End", "n_end": [1, 2, 4, 8], "clock_s": [8.0, 4.0, 2.0, 1.0]})
+    same = fig.equation_check(rows.assign(equations_s=rows["clock_s"]), "equal", plan)
+    assert (same.passed, same.basis) == (True, verdict.Basis.SAME_FORMULA)
+    # Mapping with N_map = 1 on one end device keeps one edge busy: the clock exceeds eq6
+    mapping = pd.DataFrame({"scheme": "Mapping", "n_end": [1, 8], "clock_s": [4.1, 4.0], "equations_s": [1.1, 4.5]})
+    bound = fig.equation_check(mapping, "bound", plan)
+    assert bound.passed is False and "N_end = 1" in bound.note and "spreads the tasks over all" in bound.note
+    result = verdict.decide([bound], fitted=[], predicted=["x"], noise=verdict.Noise.none("the clock"))
+    assert result.status == "differs" and not result.wrong
 
 
 def test_a_users_networks_run_every_scheme_on_the_times_given_for_them(cifar10_dir: object) -> None:
@@ -143,3 +184,13 @@ def test_a_users_networks_run_every_scheme_on_the_times_given_for_them(cifar10_d
     assert clock["End"] == pytest.approx(2 * 2 * times["end"])
     assert clock["End-Edge"] > clock["End"] + 0.5  # the edge's latency (0.5 s) and its network's time behind it
     assert clock["End-Cloud"] > clock["End"] + 1.0
+
+
+def test_the_full_profile_is_the_reports_job_once_and_the_smoke_run_says_how_it_is_smaller() -> None:
+    full = _plan(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in exp.FULL_PROFILE.items() if k != "profile"})
+    smoke = _plan()
+
+    # One repeat: the clock replays the stages on Table 1's times, so a repeat gives the same time
+    assert exp.is_report_job(full) and full.params.repeats == 1
+    assert exp.reduction(full) == "N_end = 1, 2, 4, 6, 8 of the report's 1-8"
+    assert exp.reduction(smoke) == "8 tasks of 2 images (the report: 200 of 50); N_end = 1, 2, 4, 8 of the report's 1-8"

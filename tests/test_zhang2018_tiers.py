@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from edgelab import verdict
 from edgelab.errors import ConfigError
 from edgelab.experiments import zhang2018_tiers as exp
 from edgelab.tier_models import saved_bytes
@@ -38,6 +39,22 @@ def test_table2_on_the_clock_is_table1_plus_the_latency_and_transfer_over_fifty_
     assert clock["edge, resnet34", 0.5] == pytest.approx(5.53 + 500 / 50 + transfer_ms, abs=0.005)
     assert clock["cloud, wrn-28-10", 1.0] == pytest.approx(6.99 + 1000 / 50 + transfer_ms, abs=0.005)
     assert table["report processing (ms/image)"].tolist() == [10.4, 8.4, 18.3, 10.8, 31.0]
+
+
+def test_table2_differs_by_the_framework_the_clock_does_not_charge_and_the_latency_share_holds() -> None:
+    from edgelab.figures.zhang2018_tiers import table2_checks
+
+    plan = exp.Plan(exp.TiersParams(), None, None, exp.get_profile("native"), [], exp.zhang2018_calibration(), None)  # type: ignore[arg-type]
+    table = exp.table2(plan, pd.DataFrame(columns=["tier", "network", "host_ms"]))
+
+    checks = {c.name: c for c in table2_checks(table)}
+    result = verdict.decide(list(checks.values()), fitted=[], predicted=["x"], noise=verdict.Noise.none("clock"))
+
+    assert checks["level"].passed is False and "HTTP serving" in checks["level"].note
+    assert checks["C14 (edge, 0.5 s)"].passed and checks["C14 (cloud, 1 s)"].passed  # 10 vs 9.9, 20 vs 20.2 ms
+    assert checks["C13"].passed and checks["C12"].undecided == "qualitative"
+    assert {c.basis for c in checks.values()} == {verdict.Basis.MODELLED}
+    assert result.status == "differs" and not result.wrong
 
 
 def test_ratios_compare_each_network_across_tiers() -> None:
@@ -113,10 +130,15 @@ def test_accuracy_on_the_stand_in_or_a_brief_training_is_shown_but_never_judged(
     table = _accuracy_table(
         {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.73}
     )
-    for plan in (_plan("cifar10_standin", 50_000, 200), _plan("data_dir", 2_000, 3)):
+    for plan, reason in (
+        (_plan("cifar10_standin", 50_000, 200), "data missing"),
+        (_plan("data_dir", 2_000, 3), "too small"),
+    ):
         checks = {c.name: c for c in accuracy_checks(plan, table, SIZES)}
         assert checks["parameters"].passed is True  # median error 0.2%, WRN's 10% the worst
+        assert checks["parameters"].kind == "structural"
         assert [checks[c].passed for c in ("accuracy", "C6", "C7", "C8")] == [None] * 4
+        assert {checks[c].undecided for c in ("accuracy", "C6", "C7", "C8")} == {reason}
         assert "resnet34 0.730 vs mobilenet 0.500 on coarse labels: +46%" in checks["C6"].measured
 
 
@@ -127,8 +149,13 @@ def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
     same = _accuracy_table(
         {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.73}
     )
-    checks = {c.name: c.passed for c in accuracy_checks(plan, same, SIZES)}
+    found = accuracy_checks(plan, same, SIZES)
+    checks = {c.name: c.passed for c in found}
     assert checks == {"parameters": True, "accuracy": True, "C6": True, "C7": True, "C8": True}
+    # One training run per network: the policy states what it shows and leaves it to three runs
+    result = verdict.decide(found, fitted=[], predicted=["accuracy rows"], noise=verdict.Noise())
+    assert (result.status, result.reason_class) == ("not judged", "noisy")
+    assert all("would hold on 1 run(s)" in c.note for c in result.checks if c.kind == "predicted")
     # WRN no better than ResNet on fine labels: C7 and C8 fail, and so does the accuracy row
     flat = _accuracy_table(
         {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.60}

@@ -101,6 +101,8 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> JeonSummary:
                 "steady_throughput": emu.steady_throughput,
                 "bound_throughput": emu.bound_throughput,
                 "bottleneck": emu.bottleneck,
+                # Mean stages computing at once on the emulated clock (jeon/fig3's C12, judged over the repeats).
+                "concurrency": float(emu.timeline["compute_s"].sum() / emu.processing_s),
                 "host_cpu_s": float(stored.tables["records"]["cpu_s"].sum()),
                 "accuracy": float((pred == y_true).mean()),
                 "f1_macro": float(f1_score(y_true, pred, average="macro")),
@@ -254,7 +256,7 @@ def self_check(summary: JeonSummary, manifest: dict[str, Any], root: Any, ids: l
     complete = [
         i
         for i, e in entries.items()
-        if e["status"] in ("reproduced", "differs", "not judged")
+        if e["status"] in ("reproduced", "consistent", "differs", "not judged")
         and (e["status"] == "reproduced" or e["why"])
         and (e["verdict"].get("checks") or (e["status"] == "not judged" and e["verdict"].get("reason")))
         and e["files"]

@@ -10,12 +10,22 @@ The notebook ``notebooks/park2020_lenet.ipynb`` calls, in order:
 ``edgelab.figures.park2020.render_lenet`` (items and verdicts).
 
 The cells at the smallest and the largest device count run ``repeats`` times,
-so every item shows the run-to-run noise its verdict is weighed against. A
-repeat trains at most ``repeat_steps`` batches per device and is projected to
-the whole epoch (``edgelab.projection``): with the same seed it would train the
-first run's weights bit for bit, so it has nothing to add but the spread of
-the measured CPU clocks, which a sample of rounds measures. The cell's
-accuracy and its device-model time (counted FLOPs and bytes) are the first run's.
+so every item shows the run-to-run noise its verdict is weighed against (a
+measured value is judged with three runs, ``edgelab.verdict.MIN_REPEATS``).
+A repeat is one of two kinds:
+
+* ``repeat_steps`` an integer (smoke): the repeat keeps its cell's seed and
+  trains at most that many batches per device, projected to the whole epoch
+  (``edgelab.projection``). With the same seed it would train the first run's
+  weights bit for bit, so it adds only the spread of the measured CPU clocks
+  (and, when it trains the whole epoch, of the host's memory): the cell's
+  accuracy is the first run's, one run.
+* ``repeat_steps=None`` (full): the repeat trains the whole epoch with a seed
+  of its own (``seed + repeat``: other weights, shards and batch order), an
+  independent run of every measured value, its accuracy included.
+
+The device-model time (counted steps, FLOPs and bytes) is the same in every
+repeat: deterministic, it needs none.
 """
 
 from __future__ import annotations
@@ -71,7 +81,10 @@ FULL_PROFILE: dict[str, Any] = {
     "sample_limit": None,
     "test_limit": None,
     "monitor_interval_s": 30.0,
+    # N=1 and N=10 three times each, every repeat a whole epoch with its own seed: the accuracy and host
+    # memory the items judge stand on three independent runs (the device-model time needs none).
     "repeats": 3,
+    "repeat_steps": None,
 }
 
 
@@ -83,7 +96,8 @@ class LenetParams:
     device_counts: tuple[int, ...] = (1, 2, 3)
     worker_data: tuple[str, ...] = ("full", "shard")
     repeats: int = 2
-    # Batches per device of a repeat (the first run of a cell trains them all); None: every batch.
+    # Batches per device of a repeat with its cell's seed (the first run of a cell trains them all);
+    # None: every repeat trains the whole epoch with a seed of its own (seed + repeat), an independent run.
     repeat_steps: int | None = 100
     epochs: int = 1
     batch_size: int = 64
@@ -141,7 +155,8 @@ class LenetParams:
         Given ``n_train``, a repeat whose devices would train more than
         ``repeat_steps`` batches trains that many (``TrainConfig.max_steps``),
         when it synchronizes per batch: then every round costs the same, and the
-        rounds measured stand for the rest.
+        rounds measured stand for the rest. With ``repeat_steps=None`` repeat
+        ``r`` trains the whole epoch with the seed ``seed + r``.
         """
         counts = sorted(self.device_counts)
         ends = {counts[0], counts[-1]}
@@ -157,7 +172,8 @@ class LenetParams:
                     learning_rate=self.learning_rate,
                     momentum=self.momentum,
                     weight_decay=self.weight_decay,
-                    seed=self.seed,
+                    # A whole repeat with its cell's seed would train the same weights again: it gets its own.
+                    seed=self.seed + (r if self.repeat_steps is None else 0),
                 ),
                 r,
             )
@@ -402,7 +418,7 @@ def _row(
     contention: float = 1.0,
     device_model: DeviceModel | None = None,
 ) -> dict[str, Any]:
-    return run_summary(
+    row = run_summary(
         run,
         profile,
         clock=clock,
@@ -412,6 +428,8 @@ def _row(
         contention=contention,
         device_model=device_model,
     )
+    # Runs of one seed train the same weights: the items count a cell's accuracy once per seed.
+    return row | {"seed": int(run.params["train"].get("seed", 0))}
 
 
 def deterministic_facts(plan: Plan) -> pd.DataFrame:
@@ -425,7 +443,7 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
                 "model": cfg.model,
                 "devices": cfg.n_devices,
                 "worker_data": cfg.worker_data,
-                "runs": sum(1 for c, _ in plan.runs if replace(c, max_steps=None) == cfg),
+                "runs": sum(1 for c, _ in plan.runs if replace(c, max_steps=None, seed=cfg.seed) == cfg),
                 "parameters": params,
                 "bytes_per_sync_each_way": params * 4,
                 "samples_per_device": max(per_device),

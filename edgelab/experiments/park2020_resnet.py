@@ -19,21 +19,25 @@ on the device (peak RSS, the data it holds left out, since a Pi streams
 CIFAR from its card) against the profile's training budget. A configuration
 that needs more ends as an out-of-memory outcome, recorded and shown; the
 sweep goes on. Its analytic estimate (``edgelab.train_config.estimate_memory_mb``)
-is computed before any cluster work and shown beside the measurement.
+is computed before any cluster work and shown beside the measurement. The
+need is a host measurement: ``memory_repeats`` probes of each configuration
+(fresh processes) give its median and spread, and the items judge it with
+three (``edgelab.verdict.MIN_REPEATS``); the outcome is the first probe's.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from edgelab import timeline
-from edgelab.cluster import DeviceCluster
+from edgelab import runtime, timeline
+from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, load_dataset
 from edgelab.device_model import DeviceModel, for_profile
 from edgelab.devices import DeviceProfile, get_profile, with_memory
@@ -72,6 +76,9 @@ FULL_PROFILE: dict[str, Any] = {
     "table4_devices": 10,
     "table4_epochs": 5,
     "monitor_interval_s": 30.0,
+    # Three probes of every configuration's memory need: the one measured value the items judge (time, CPU and
+    # traffic are the device model's, deterministic; accuracy after 8 steps is not judged).
+    "memory_repeats": 3,
 }
 
 
@@ -102,6 +109,8 @@ class ResnetParams:
     duplex: str = "full"
     master_is_device: bool = True
     monitor_interval_s: float = 0.25
+    # Probes of each configuration's memory need (fresh processes); a measured value is judged with three.
+    memory_repeats: int = 1
 
     def __post_init__(self) -> None:
         if self.dataset != "cifar10":
@@ -121,6 +130,8 @@ class ResnetParams:
                 raise ConfigError(name, value, "an integer >= 0 (0 leaves Table 4 out)")
         if not self.monitor_interval_s > 0:
             raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
+        if isinstance(self.memory_repeats, bool) or not isinstance(self.memory_repeats, int) or self.memory_repeats < 1:
+            raise ConfigError("memory_repeats", self.memory_repeats, "an integer >= 1 (probes of each memory need)")
         self.topology  # noqa: B018 - validates the link settings now
 
     @property
@@ -175,7 +186,7 @@ class Plan(harness.Plan):
     def run_params(self, run: ResnetRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         d = self.dataset
-        return {
+        params = {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
             "train": self.config(run).to_dict(),
@@ -185,15 +196,40 @@ class Plan(harness.Plan):
             "cluster": self.params.scheduler_address or "emulated",
             "monitor_interval_s": self.params.monitor_interval_s,
         }
+        if self.params.memory_repeats > 1:  # a run probed once keeps the key it always had
+            params["memory_repeats"] = self.params.memory_repeats
+        return params
 
     def devices_needed(self, runs: list[ResnetRun]) -> int:
         """The largest device count among ``runs``."""
         return max(r.devices for r in runs)
 
     def before_runs(self, cluster: DeviceCluster, runs: list[ResnetRun]) -> dict[str, Any]:
-        """Measure every pending depth and batch's memory need up front, side by side (each run then finds it)."""
+        """Measure every pending depth and batch's memory need up front, side by side (each run then finds it).
+
+        With ``memory_repeats`` > 1 each configuration is probed that many
+        times in all (fresh processes, side by side, at most one per host core
+        on emulated devices): ``context["memory_probes"]`` holds the repeats'
+        needs (MB) by (depth, batch), the first probe being the run's own.
+        """
         probe_memory_needs(cluster, cluster.devices, [self.config(run) for run in runs])
-        return {}
+        repeats = self.params.memory_repeats - 1
+        configs = list(dict.fromkeys((run.depth, run.batch_size) for run in runs))
+        hosts = cluster.devices[: os.cpu_count() or 1] if cluster.emulated else cluster.devices
+        futures = {
+            (key, k): cluster.client.submit(
+                runtime.probe_memory,
+                ResnetRun(*key, 1).model,
+                key[1],
+                resources={device_resource(hosts[i % len(hosts)]): 1},
+                pure=False,
+            )
+            for i, (key, k) in enumerate(itertools.product(configs, range(repeats)))
+        }
+        probes: dict[tuple[int, int], list[float]] = {}
+        for (key, _), future in futures.items():
+            probes.setdefault(key, []).append(float(future.result()["need_mb"]))
+        return {"memory_probes": probes}
 
     def execute(self, cluster: DeviceCluster, run: ResnetRun, context: dict[str, Any]) -> Outcome:
         """Train one run; a configuration that does not fit the device is stored as out of memory."""
@@ -212,6 +248,7 @@ class Plan(harness.Plan):
                 # The need does not depend on N: the data is streamed, the step is the same on every device.
                 oom = {**stored.summary["memory"], "measured_at": f"devices={n}"}
                 return {**summary, "outcome": "out_of_memory", "memory": oom}, {}
+        repeats = context.get("memory_probes", {}).get((run.depth, run.batch_size), [])
         try:
             result = train(
                 cluster,
@@ -223,10 +260,12 @@ class Plan(harness.Plan):
             )
         except DeviceOutOfMemory as exc:
             memory = {"device": exc.device, "needed_mb": exc.needed_mb, "budget_mb": exc.budget_mb}
-            memory["measured_at"] = f"devices={run.devices}"
+            memory |= {"measured_at": f"devices={run.devices}", "probes_mb": [float(exc.needed_mb), *repeats]}
             return {**summary, "outcome": "out_of_memory", "memory": memory}, {}
         summary |= {"outcome": "trained", "host": result.host, "weights_sha256": result.weights_sha256}
         summary["memory"] = {**result.memory, "budget_mb": float(self.profile.training_budget_mb)}
+        if "need_mb" in result.memory:
+            summary["memory"]["probes_mb"] = [float(result.memory["need_mb"]), *repeats]
         tables = {"records": result.records, "evaluations": result.evaluations, "monitor": result.monitor}
         return summary, tables
 
@@ -316,7 +355,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> ResnetSummary:
                     "clock": "device_model",
                     "outcome": "out_of_memory",
                     "estimated_mb": estimate,
-                    "measured_mb": memory["needed_mb"],
+                    **_probes(memory, "needed_mb"),
                     "budget_mb": memory["budget_mb"],
                     "measured_at": memory.get("measured_at", f"devices={run.devices}"),
                 }
@@ -373,7 +412,7 @@ def _read(
         "accuracy": float(evaluations["accuracy"].iloc[-1]),
         "cpu_pct": float(cpu.mean()),
         "compute_share": float(rounds["compute_max_s"].sum() / elapsed),
-        "measured_mb": float(result.summary.get("memory", {}).get("need_mb", float("nan"))),
+        **_probes(result.summary.get("memory", {}), "need_mb"),
         "rss_mb_host": float(records["rss_bytes"].mean() / 2**20),
         "sent_kb_epoch": float(wire["sent"].mean() * scale / 1e3),
         "received_kb_epoch": float(wire["received"].mean() * scale / 1e3),
@@ -391,6 +430,17 @@ def _read(
     for e, total in zip(per_epoch, cumulative, strict=True):
         e["elapsed_s"] = float(total)
     return row, per_epoch
+
+
+def _probes(memory: dict[str, Any], key: str) -> dict[str, Any]:
+    """A run's memory need: the median of its probes (the first probe alone when not repeated), spread, count."""
+    probes = [float(v) for v in memory.get("probes_mb") or [memory.get(key, float("nan"))]]
+    return {
+        "measured_mb": float(np.median(probes)),
+        "memory_min_mb": min(probes),
+        "memory_max_mb": max(probes),
+        "memory_runs": sum(1 for v in probes if not math.isnan(v)),
+    }
 
 
 def _per_table_factor(plan: Plan, keyed: dict[ResnetRun, StoredRun]) -> float | None:

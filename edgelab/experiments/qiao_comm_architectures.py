@@ -325,7 +325,8 @@ def c11(table: pd.DataFrame, compressed: pd.DataFrame | None = None, *, servers:
     """qiao/C11: P2P removes the server bottleneck but raises worker traffic (and, with ``compressed``, its remedy).
 
     A PS of ``servers`` shards has a bottleneck only with more workers than shards (each shard's port carries
-    N/S workers' bytes): the bottleneck check is judged at those N, and says so.
+    N/S workers' bytes): the bottleneck check is judged at those N, and says so. The bytes are counted where each
+    piece is sent in the runs (``COUNTED``): the claims are predictions of them.
     """
     ps, p2p = _by(table, "ps"), _by(table, "p2p")
     ns = list(ps.index)
@@ -334,22 +335,26 @@ def c11(table: pd.DataFrame, compressed: pd.DataFrame | None = None, *, servers:
     p2p_skew = p2p["max_port_bytes"] / p2p["sent_per_worker_mean"]
     more = p2p["sent_per_worker_mean"] / ps["sent_per_worker_mean"]
     bottlenecked = ps_skew.index > servers
+    ports = f"PS server port {_megabytes(ps['max_port_bytes'])} MB, P2P busiest {_megabytes(p2p['max_port_bytes'])} MB"
     return [
-        verdict.Check(
+        verdict.holds(
             "server bottleneck removed",
             bool((p2p_skew == 1).all() and (ps_skew[bottlenecked] > 1).all()) if bottlenecked.any() else None,
             ", ".join(f"N={n}: PS busiest port {ps_skew[n]:.2g}x a worker's, P2P {p2p_skew[n]:.2g}x" for n in ns),
             f"P2P's busiest port carries what every worker does (1x); PS's server port more (> 1x) where N > "
             f"{servers} server shard(s) (with no more workers than shards no port carries more than a worker's)",
-            f"PS server port {_megabytes(ps['max_port_bytes'])} MB, P2P busiest {_megabytes(p2p['max_port_bytes'])} MB",
+            basis=verdict.Basis.COUNTED,
+            note=ports if bottlenecked.any() else f"{ports}; no N above the {servers} server shard(s) ran",
+            undecided="" if bottlenecked.any() else "too small",
         ),
-        verdict.Check(
+        verdict.holds(
             "worker-to-worker traffic raised",
             bool((more >= 1).all() and (more[more.index >= 3] > 1).all()),
             ", ".join(f"N={n}: {more[n]:.3g}x" for n in ns),
             "bytes each worker sends, P2P over PS: >= 1, and > 1 from N = 3 ((N-1)|g| against |g|)",
+            basis=verdict.Basis.COUNTED,
         ),
-        *([qiao_comm_compressed.check(compressed)] if compressed is not None and len(compressed) else []),
+        *(qiao_comm_compressed.checks(compressed) if compressed is not None and len(compressed) else []),
     ]
 
 
@@ -360,7 +365,9 @@ def _megabytes(values: pd.Series) -> str:
 def c12(table: pd.DataFrame, *, servers: int = 1) -> list[verdict.Check]:
     """qiao/C12: AllReduce lowers traffic relative to PS and P2P (and every worker ends with the same average).
 
-    The busiest-port comparison with PS is judged where PS has a bottleneck, N > ``servers`` (see ``c11``).
+    The busiest-port comparison with PS is judged where PS has a bottleneck, N > ``servers`` (see ``c11``). The
+    bytes are counted in the runs (``COUNTED``); the averages being the same on every worker is the collectives'
+    correctness (``CORRECTNESS``).
     """
     ps, p2p = _by(table, "ps"), _by(table, "p2p")
     checks = []
@@ -369,42 +376,51 @@ def c12(table: pd.DataFrame, *, servers: int = 1) -> list[verdict.Check]:
         ns = list(ar.index)
         vs_ps, vs_p2p = ar["total_bytes"] / ps["total_bytes"], ar["total_bytes"] / p2p["total_bytes"]
         checks.append(
-            verdict.Check(
+            verdict.holds(
                 f"{pattern} total bytes",
                 bool((vs_ps < 1).all() and (vs_p2p <= 1).all() and (vs_p2p[vs_p2p.index >= 3] < 1).all()),
                 ", ".join(f"N={n}: {vs_ps[n]:.3g}x PS, {vs_p2p[n]:.3g}x P2P" for n in ns),
                 "below PS's; below P2P's from N = 3 (equal at N = 2: one exchange each way)",
+                basis=verdict.Basis.COUNTED,
             )
         )
     ring = _by(table, "ring")
     port_ps, port_p2p = ring["max_port_bytes"] / ps["max_port_bytes"], ring["max_port_bytes"] / p2p["max_port_bytes"]
     bottlenecked = port_ps.index > servers
     checks.append(
-        verdict.Check(
+        verdict.holds(
             "ring busiest port",
             bool((port_ps[bottlenecked] < 1).all() and (port_p2p <= 1).all()) if bottlenecked.any() else None,
             ", ".join(f"N={n}: {port_ps[n]:.3g}x PS's, {port_p2p[n]:.3g}x P2P's" for n in ring.index),
             f"the ring's busiest port carries less than PS's server where N > {servers} server shard(s), and at "
             "most P2P's busiest",
+            basis=verdict.Basis.COUNTED,
+            note="" if bottlenecked.any() else f"no N above the {servers} server shard(s) ran",
+            undecided="" if bottlenecked.any() else "too small",
         )
     )
     reduce = table[table["pattern"].isin(collectives.ALLREDUCE_PATTERNS)]
     same = bool(reduce["same_on_every_worker"].all() and (reduce["mean_error"] <= collectives.MEAN_TOLERANCE).all())
     checks.append(
-        verdict.Check(
+        verdict.holds(
             "identical averages",
             same,
             f"largest error against the numpy mean {reduce['mean_error'].max():.2g} (relative); every worker holds "
             f"the same bits: {bool(reduce['same_on_every_worker'].all())}",
             f"PS, P2P, ring and tree give every worker the same average, "
             f"within {collectives.MEAN_TOLERANCE:g} of the mean",
+            basis=verdict.Basis.CORRECTNESS,
         )
     )
     return checks
 
 
 def comm_volume(volume_table: pd.DataFrame) -> list[verdict.Check]:
-    """qiao/eq-comm-volume: the payload bytes (and the tree's steps) equal the formulas exactly."""
+    """qiao/eq-comm-volume: the payload bytes (and the tree's steps) equal the formulas exactly.
+
+    The bytes are counted where each piece is sent, not computed from the formulas (the catalog's, derived from
+    each algorithm): a prediction of the runs (``COUNTED``).
+    """
     checks = []
     columns = {"ps": ["sent", "received", "total"], "p2p": ["sent", "received", "total"],
                "ring": ["sent", "received", "total"], "tree": ["total", "steps"]}  # fmt: skip
@@ -412,7 +428,7 @@ def comm_volume(volume_table: pd.DataFrame) -> list[verdict.Check]:
         rows = volume_table[volume_table["pattern"] == pattern]
         ratios = rows[[f"{c} / formula" for c in names]]
         checks.append(
-            verdict.Check(
+            verdict.holds(
                 pattern,
                 bool((ratios == 1.0).all().all()),
                 ", ".join(
@@ -420,6 +436,7 @@ def comm_volume(volume_table: pd.DataFrame) -> list[verdict.Check]:
                     for n, r in zip(rows["workers"], ratios.values, strict=True)
                 ),
                 f"measured / formula = 1 exactly for {', '.join(names)}",
+                basis=verdict.Basis.COUNTED,
             )
         )
     return checks

@@ -43,6 +43,19 @@ SLOW_CALL_S = 1.0
 #: A layer achieving less than this share of its kind's median MAC/s is an outlier: reported, and left out of one fit.
 OUTLIER_SHARE = 0.05
 
+#: The catalog's re-run (qiao/eq-conv-cost, eq-group-conv, eq-mobilenet-8to9x): what a run's ``reduction`` is against.
+CATALOG: dict[str, Any] = {
+    "kernels": (1, 3, 5, 7),
+    "in_channels": (16, 32, 64, 128, 256),
+    "out_channels": (16, 32, 64, 128, 256),
+    "widths": (7, 14, 28, 56),
+    "groups": (1, 2, 4, 8, 16, 32),
+    "networks": NETWORKS,
+    "network_batches": (1, 8),
+}
+#: The parameters whose product is the grid of layer pairs.
+GRID_AXES = ("kernels", "in_channels", "out_channels", "widths")
+
 FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
     "kernels": [1, 3, 5, 7],

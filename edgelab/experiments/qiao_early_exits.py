@@ -15,6 +15,11 @@ derivation, sample by sample and byte for byte. Latency is emulated:
 measured CPU time times each tier's speed factor, plus link latency and
 bytes over the link rate; for thresholds not routed, the cloud's compute is
 the T = 0 pass's, in proportion to the samples sent up.
+
+Each aggregation can be trained ``repeats`` times, each repeat from its own
+seed (``seed + repeat``: other initial weights and training order, the same
+views): the trained accuracies qiao/C20 judges then rest on that many runs,
+and ``judge_c20`` judges the median of the repeats at each T.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ FULL_PROFILE: dict[str, Any] = {
     "epochs": 8,
     "batch": 100,
     "routed_thresholds": list(THRESHOLDS),
+    "repeats": 3,
 }
 
 
@@ -77,6 +83,7 @@ class EarlyExitParams:
     cloud_latency_s: float = 0.1  # round trip to the cloud (an assumption)
     device_mbps: float = 100.0  # end device to aggregator (the Pi 3B's Ethernet)
     device_latency_s: float = 0.001  # round trip end device to aggregator (a LAN)
+    repeats: int = 1  # trainings of each aggregation, each from its own seed (the accuracies judged need 3)
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -93,7 +100,9 @@ class EarlyExitParams:
                 raise ConfigError(name, values, "one or more numbers from 0 to 1")
             for t in values:
                 ee.check_threshold(t, name)
-        for name, least in (("train_samples", 1), ("test_samples", 1), ("epochs", 1), ("batch", 1), ("filters", 1)):
+        for name, least in (
+            ("train_samples", 1), ("test_samples", 1), ("epochs", 1), ("batch", 1), ("filters", 1), ("repeats", 1),
+        ):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, value, f"an integer >= {least}")
@@ -114,35 +123,48 @@ class EarlyExitParams:
         )
 
 
+@dataclass(frozen=True)
+class ExitRun:
+    """One run: the DDNN of ``aggregation`` trained from seed ``seed + repeat``, deployed and routed."""
+
+    aggregation: str
+    repeat: int = 0
+
+    def __str__(self) -> str:
+        return self.aggregation if not self.repeat else f"{self.aggregation}, repeat {self.repeat}"
+
+
 @dataclass
 class Plan(harness.Plan):
-    """Validated work: the views of the training and test images, one run per aggregation."""
+    """Validated work: the views of the training and test images, one run per aggregation and repeat."""
 
     params: EarlyExitParams
     dataset: Dataset
     train_views: list[np.ndarray]
     test_views: list[np.ndarray]
     profile: DeviceProfile
-    runs: list[str]
+    runs: list[ExitRun]
 
-    def run_params(self, run: str) -> dict[str, Any]:
-        """What a run's result depends on: its results-store key."""
+    def run_params(self, run: ExitRun) -> dict[str, Any]:
+        """What a run's result depends on: its results-store key (the first repeat's is the one before repeats)."""
         p = self.params
         d = self.dataset
+        leave_out = ("aggregations", "scheduler_address", "data_dir", "repeats")
         return {
             "experiment": EXPERIMENT,
             "measurement_revision": MEASUREMENT_REVISION,
-            "aggregation": run,
-            **{k: v for k, v in p.__dict__.items() if k not in ("aggregations", "scheduler_address", "data_dir")},
+            "aggregation": run.aggregation,
+            **({"repeat": run.repeat} if run.repeat else {}),
+            **{k: v for k, v in p.__dict__.items() if k not in leave_out},
             "dataset": {"name": d.name, "source": d.source, "n_train": d.n_train, "n_test": d.n_test},
             "cluster": p.scheduler_address or "emulated",
         }
 
-    def devices_needed(self, runs: list[str]) -> int:
+    def devices_needed(self, runs: list[ExitRun]) -> int:
         """The end devices, the aggregator and the cloud."""
         return self.params.devices + 2
 
-    def start_cluster(self, runs: list[str], dashboard_address: str) -> DeviceCluster:
+    def start_cluster(self, runs: list[ExitRun], dashboard_address: str) -> DeviceCluster:
         """The hierarchy (a worker per device, named end-i, edge-0, cloud-0), or the scheduler given."""
         if self.params.scheduler_address:
             return connect(self.devices_needed(runs), scheduler_address=self.params.scheduler_address)
@@ -159,19 +181,20 @@ class Plan(harness.Plan):
         names = list(cluster.devices)
         return names[: self.params.devices], names[self.params.devices], names[self.params.devices + 1]
 
-    def execute(self, cluster: DeviceCluster, run: str, context: dict[str, Any]) -> Outcome:
-        """Train the DDNN of aggregation ``run`` here, deploy it, route the test views, derive the sweep."""
+    def execute(self, cluster: DeviceCluster, run: ExitRun, context: dict[str, Any]) -> Outcome:
+        """Train the DDNN of ``run``'s aggregation here, deploy it, route the test views, derive the sweep."""
         p = self.params
         y_train, y_test = self.dataset.y_train, self.dataset.y_test
+        seed = p.seed + run.repeat
         ddnn = ee.build_ddnn(
             devices=p.devices,
-            aggregation=run,
+            aggregation=run.aggregation,
             input_shape=self.train_views[0].shape[1:],
             filters=p.filters,
-            seed=p.seed,
+            seed=seed,
         )
         start = time.process_time()
-        losses = ee.train_ddnn(ddnn, self.train_views, y_train, epochs=p.epochs, seed=p.seed)
+        losses = ee.train_ddnn(ddnn, self.train_views, y_train, epochs=p.epochs, seed=seed)
         train_cpu_s = time.process_time() - start
         devices, aggregator, cloud = self.hosts(cluster)
         deployment = routing.deploy(cluster, ddnn, devices=devices, aggregator=aggregator, cloud=cloud, batch=p.batch)
@@ -316,7 +339,8 @@ def prepare(**kwargs: Any) -> Plan:
     )
     train = ee.make_views(dataset.x_train, params.devices, noise=params.noise, seed=params.seed)
     test = ee.make_views(dataset.x_test, params.devices, noise=params.noise, seed=params.seed + 1)
-    return Plan(params, dataset, train, test, get_profile("native"), list(params.aggregations))
+    runs = [ExitRun(a, r) for r in range(params.repeats) for a in params.aggregations]
+    return Plan(params, dataset, train, test, get_profile("native"), runs)
 
 
 def missing_data(data_dir: str | None = None) -> str | None:
@@ -332,10 +356,18 @@ run = harness.run
 
 
 def sweep(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
-    """Every aggregation's sweep, one row per (aggregation, threshold)."""
-    frames = [r.tables["sweep"].assign(aggregation=run) for run, r in harness.by_run(plan, stored).items()]
+    """Every run's sweep, one row per (aggregation, repeat, threshold)."""
+    frames = [
+        r.tables["sweep"].assign(aggregation=run.aggregation, repeat=run.repeat)
+        for run, r in harness.by_run(plan, stored).items()
+    ]
     table = pd.concat(frames, ignore_index=True)
     return table[["aggregation", *[c for c in table.columns if c != "aggregation"]]]
+
+
+def first_runs(plan: Plan, stored: list[StoredRun]) -> dict[str, StoredRun]:
+    """Each aggregation's first repeat (what the figure draws and the entropy check reads), by aggregation."""
+    return {run.aggregation: r for run, r in harness.by_run(plan, stored).items() if not run.repeat}
 
 
 def judge_c20(table: pd.DataFrame) -> pd.DataFrame:
@@ -347,8 +379,13 @@ def judge_c20(table: pd.DataFrame) -> pd.DataFrame:
     paired noise (``accuracy_se_vs_T0``) leaves the claim undecided (``None``);
     otherwise it fails. ``judgeable`` is False where the cloud exit is no more
     accurate than the local one (T = 0 no better than T = 1): keeping samples
-    local cannot cost accuracy then, and the claim is not tested.
+    local cannot cost accuracy then, and the claim is not tested. With
+    repeats (a ``repeat`` column), each T is judged on the median of the
+    repeats' bytes, accuracy and paired noise.
     """
+    if "repeat" in table:
+        columns = ["upward_bytes", "accuracy", "accuracy_se_vs_T0"]
+        table = table.groupby(["aggregation", "threshold"], sort=False)[columns].median().reset_index()
     rows = []
     for aggregation, rows_of in table.groupby("aggregation", sort=False):
         at_zero = rows_of[rows_of["threshold"] == 0.0].iloc[0]

@@ -19,6 +19,10 @@ exactly the model's parameter bytes, or exactly the payload the compressor
 makes for that device's round (rebuilt here from the same seed), whatever the
 number of samples the device trained on.
 
+``repeats`` trains the two runs qiao/C27's accuracy claim compares (the
+label-skewed base and the shared subset) again from seeds ``seed + r``: other
+shards, initial weights and draws, so their accuracies rest on that many runs.
+
 Papers: McMahan et al., "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", AISTATS 2017 (arxiv.org/abs/1602.05629); Konecny et al.,
 "Federated Learning: Strategies for Improving Communication Efficiency", 2016
@@ -71,6 +75,7 @@ FULL_PROFILE: dict[str, Any] = {
     "batch_sizes": [10, 50],
     "sweep": "grid",
     "local_sgd_epochs": 5,
+    "repeats": 3,
 }
 
 
@@ -95,6 +100,7 @@ class FedavgParams:
     learning_rate: float = 0.05
     device_profile: str = "pi3b"
     monitor_interval_s: float = 5.0
+    repeats: int = 1  # runs (seeds) of the label-skewed base and the shared subset, whose accuracies C27 compares
     scheduler_address: str | None = None
     data_dir: str | None = None
     seed: int = 0
@@ -104,7 +110,7 @@ class FedavgParams:
             raise ConfigError("profile", self.profile, f"one of {', '.join(PROFILES)}")
         if self.sweep not in SWEEPS:
             raise ConfigError("sweep", self.sweep, f"one of {', '.join(SWEEPS)}")
-        for name in ("devices", "rounds", "local_sgd_period", "local_sgd_epochs"):
+        for name in ("devices", "rounds", "local_sgd_period", "local_sgd_epochs", "repeats"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "an integer >= 1")
@@ -149,6 +155,12 @@ class FedavgParams:
             seed=self.seed, eval_every=1,
         )  # fmt: skip
         runs += [FedRun("local_sgd", local), FedRun("local_sgd", replace(local, sync_period_rule="adaptive"))]
+        # C27's accuracy claim compares the label-skewed base with the shared subset: each again from other seeds.
+        base = self.fedavg("label", 1.0, e0, b0)
+        compared = [r for r in runs if r.kind == "shared" or (r.kind == "fedavg" and r.cfg == base)]
+        runs += [
+            FedRun(r.kind, replace(r.cfg, seed=self.seed + k), k) for k in range(1, self.repeats) for r in compared
+        ]
         return runs
 
 
@@ -158,10 +170,11 @@ class FedRun:
 
     kind: str
     cfg: TrainConfig
+    repeat: int = 0  # 0: the run; k: the same settings again from seed + k
 
     @property
     def label(self) -> str:
-        """``label C=0.5 E=2 B=10 shared 5%``: the settings that tell this run from the others."""
+        """``label C=0.5 E=2 B=10 shared 5%``: the settings that tell this run from the others (and its repeat)."""
         c = self.cfg
         if self.kind == "local_sgd":
             return f"local SGD {c.partition} H={c.sync_period} {c.sync_period_rule} B={c.batch_size}"
@@ -170,6 +183,8 @@ class FedRun:
             parts.append(f"shared {c.shared_fraction:.0%}")
         if c.compressor != "none":
             parts.append(c.compressor)
+        if self.repeat:
+            parts.append(f"(repeat {self.repeat})")
         return " ".join(parts)
 
 
@@ -279,6 +294,7 @@ def curves(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
                 {
                     "run": run.label,
                     "kind": run.kind,
+                    "repeat": run.repeat,
                     "partition": run.cfg.partition,
                     "round": done,
                     "uploads": int(cumulative["uploads"].iloc[done - 1]),
@@ -308,6 +324,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
             {
                 "run": run.label,
                 "kind": run.kind,
+                "repeat": run.repeat,
                 "rounds": int(records["round"].nunique()),
                 "uploads": len(records),
                 "bytes_per_upload": float(records["bytes_sent"].mean()),

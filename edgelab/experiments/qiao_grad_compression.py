@@ -17,6 +17,11 @@ draws (pure numpy on those real deltas), come from them.
 
 Compression applies to the upload only: the server still broadcasts the dense
 weights, which the time per step shows.
+
+``repeats`` runs every scheme and the gradient sample again from seeds
+``seed + r`` (other initial weights and batch order): the accuracies and the
+density the claims judge then rest on that many runs (``final_accuracies``,
+``sparsity_runs``); the tables and curves show the first.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ FULL_PROFILE: dict[str, Any] = {
     "budget_rounds": 20,
     "gradient_batches": 20,
     "draws": 2000,
+    "repeats": 3,
 }
 
 
@@ -98,13 +104,15 @@ class GradCompressionParams:
     data_dir: str | None = None
     seed: int = 0
     monitor_interval_s: float = 5.0
+    # Runs of every scheme and of the gradient sample, each from seed + r (the claims' accuracies need 3).
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         if not self.schemes or "none" not in self.schemes:
             raise ConfigError("schemes", self.schemes, "a list of compressor specs that includes 'none' (fp32)")
         for spec in self.schemes:
             build_compressor(spec)  # raises ConfigError("compressor", ...) for a bad one
-        for name in ("n_devices", "batch_size", "eval_every", "budget_rounds", "gradient_batches", "draws"):
+        for name in ("n_devices", "batch_size", "eval_every", "budget_rounds", "gradient_batches", "draws", "repeats"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "an integer >= 1")
@@ -118,8 +126,8 @@ class GradCompressionParams:
             raise ConfigError("randomk_density", self.randomk_density, "a keep probability in (0, 1)")
         self.config("none")  # checks steps, learning_rate and the rest through TrainConfig
 
-    def config(self, scheme: str) -> TrainConfig:
-        """The training run of one scheme."""
+    def config(self, scheme: str, repeat: int = 0) -> TrainConfig:
+        """The training run of one scheme (its ``repeat``: from seed + repeat)."""
         return TrainConfig(
             model="mlp",
             n_devices=self.n_devices,
@@ -127,7 +135,7 @@ class GradCompressionParams:
             sync_every="batch",
             strategy="ps_sync",
             learning_rate=self.learning_rate,
-            seed=self.seed,
+            seed=self.seed + repeat,
             eval_every=self.eval_every,
             eval_limit=self.eval_limit,
             max_steps=self.steps,
@@ -137,9 +145,10 @@ class GradCompressionParams:
 
 @dataclass(frozen=True)
 class RunKey:
-    """A training run of one scheme, or the gradient sample (``scheme`` = ``GRADIENTS``)."""
+    """A training run of one scheme, or the gradient sample (``scheme`` = ``GRADIENTS``); ``repeat`` r: seed + r."""
 
     scheme: str
+    repeat: int = 0
 
 
 @dataclass
@@ -162,8 +171,8 @@ class Plan(harness.Plan):
             "cluster": p.scheduler_address or "emulated",
         }
         if run.scheme == GRADIENTS:
-            return {**params, "gradients": {"batches": p.gradient_batches, **p.config("none").to_dict()}}
-        return {**params, "train": p.config(run.scheme).to_dict()}
+            return {**params, "gradients": {"batches": p.gradient_batches, **p.config("none", run.repeat).to_dict()}}
+        return {**params, "train": p.config(run.scheme, run.repeat).to_dict()}
 
     def devices_needed(self, runs: list[RunKey]) -> int:
         """The run's devices (the gradient sample uses the first)."""
@@ -174,10 +183,11 @@ class Plan(harness.Plan):
         p = self.params
         common = {"cluster": context["cluster"], "calibration": context["calibration"]}
         if run.scheme == GRADIENTS:
-            deltas = sample_deltas(cluster, self.dataset, p.config("none"), p.gradient_batches)
+            deltas = sample_deltas(cluster, self.dataset, p.config("none", run.repeat), p.gradient_batches)
             arrays = {f"b{b}_l{i}": a for b, delta in enumerate(deltas) for i, a in enumerate(delta)}
             return {**common, "batches": len(deltas), "layers": len(deltas[0])}, {}, arrays
-        result = train(cluster, self.dataset, p.config(run.scheme), monitor_interval_s=p.monitor_interval_s)
+        cfg = p.config(run.scheme, run.repeat)
+        result = train(cluster, self.dataset, cfg, monitor_interval_s=p.monitor_interval_s)
         summary = {
             **common,
             "host": result.host,
@@ -223,7 +233,7 @@ def prepare(**kwargs: Any) -> Plan:
     )  # fmt: skip
     for scheme in params.schemes:
         check(params.config(scheme), n_train=dataset.n_train, profile=profile)
-    runs = [RunKey(s) for s in params.schemes] + [RunKey(GRADIENTS)]
+    runs = [RunKey(s, r) for r in range(params.repeats) for s in (*params.schemes, GRADIENTS)]
     return Plan(params, dataset, profile, runs)
 
 
@@ -240,7 +250,23 @@ run = harness.run
 
 
 def _trained(plan: Plan, stored: list[StoredRun]) -> dict[str, StoredRun]:
-    return {key.scheme: r for key, r in harness.by_run(plan, stored).items() if key.scheme != GRADIENTS}
+    """The first run of every scheme, by scheme (what the tables and curves show)."""
+    return {k.scheme: r for k, r in harness.by_run(plan, stored).items() if k.scheme != GRADIENTS and not k.repeat}
+
+
+def final_accuracies(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """A row per training run, repeats included: scheme, repeat, rounds and the global model's final accuracy."""
+    rows = [
+        {
+            "scheme": key.scheme,
+            "repeat": key.repeat,
+            "rounds": int(r.tables["records"]["round"].nunique()),
+            "accuracy": float(r.tables["evaluations"].iloc[-1]["accuracy"]),
+        }
+        for key, r in harness.by_run(plan, stored).items()
+        if key.scheme != GRADIENTS
+    ]
+    return pd.DataFrame(rows)
 
 
 def slow_link(plan: Plan) -> DeviceProfile:
@@ -307,8 +333,8 @@ def byte_budget(plan: Plan, stored: list[StoredRun]) -> float:
     return plan.params.budget_rounds * float(dense.groupby("round")["bytes_sent"].sum().mean())
 
 
-def _deltas(plan: Plan, stored: list[StoredRun]) -> list[list[np.ndarray]]:
-    result = next(r for key, r in harness.by_run(plan, stored).items() if key.scheme == GRADIENTS)
+def _deltas(plan: Plan, stored: list[StoredRun], repeat: int = 0) -> list[list[np.ndarray]]:
+    result = next(r for k, r in harness.by_run(plan, stored).items() if k.scheme == GRADIENTS and k.repeat == repeat)
     s = result.summary
     return [[result.arrays[f"b{b}_l{i}"] for i in range(s["layers"])] for b in range(s["batches"])]
 
@@ -340,6 +366,17 @@ def density(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
         {"layer": "all", "params": sum(a.size for a in deltas[0]),
          **{k: float(np.mean([s[k] for s in everything])) for k in everything[0]}}
     )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def sparsity_runs(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
+    """A row per gradient sample (repeats included): the whole delta's sparsity, the mean over its batches."""
+    repeats = sorted(k.repeat for k in harness.by_run(plan, stored) if k.scheme == GRADIENTS)
+    rows = []
+    for repeat in repeats:
+        stats = [_sparsity(np.concatenate([np.ravel(a) for a in d]).astype(np.float64))
+                 for d in _deltas(plan, stored, repeat)]  # fmt: skip
+        rows.append({"repeat": repeat, **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]}})
     return pd.DataFrame(rows)
 
 

@@ -276,6 +276,24 @@ def prepare(**kwargs: Any) -> Plan:
     return Plan(params, dataset.x_test, dataset, get_profile("native"), runs, calibration, training)
 
 
+#: The report's Table 1 timing: 200 tasks of 50 images ("10K/50 = 200 runs").
+REPORT_TASKS = 200
+
+
+def reduction(plan: Plan) -> str:
+    """How Table 1's runs are smaller than the report's (empty at its size): the timing and the training."""
+    p = plan.params
+    parts = []
+    if (p.tasks, p.task_size) != (REPORT_TASKS, TASK_SIZE):
+        parts.append(f"{p.tasks} tasks of {p.task_size} images timed (the report: {REPORT_TASKS} of {TASK_SIZE})")
+    if p.accuracy_networks and (p.train_images < REPORT_TRAIN_IMAGES or p.epochs < REPORT_MIN_EPOCHS):
+        parts.append(
+            f"{', '.join(p.accuracy_networks)} trained on {p.train_images:,} images x {p.epochs} epoch(s) (the "
+            f"report: {REPORT_TRAIN_IMAGES:,} x {REPORT_MIN_EPOCHS}-500)"
+        )
+    return "; ".join(parts)
+
+
 def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies CIFAR-100 or its stand-in; None if one does."""
     return harness.missing_dataset("cifar100", data_dir)

@@ -4,7 +4,11 @@ Both source figures are lost from their texts (architecture sketches with no
 values). Here the hierarchy is drawn from the cluster the runs used (its
 devices, their tiers, cores and TensorFlow threads, each tier's network,
 latency and link), and the routing panels from the tasks each end device
-really sent up under each scheme.
+really sent up under each scheme. Neither source figure has a value to
+predict: zhang2018/fig1's one stated content, its panel (e), is the evaluation
+system (8 end devices of 1 vCPU, 4 edge devices of 4, one cloud; 0.5 s and 1 s
+of added latency), checked against the hierarchy the runs configured
+(structural); qiao/fig1-1 is a sketch and is not judged.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from typing import Any
 
 import pandas as pd
 
+from edgelab import verdict
 from edgelab.figures.style import markdown_table, save_figure, save_table
+from edgelab.reference import load_reference
 from edgelab.report import ReportItem
+from edgelab.verdict import Basis, Check, Noise
 
 ROWS = {"cloud": 2.0, "edge": 1.0, "end": 0.0}
 COLOURS = {"end": "#4c72b0", "edge": "#55a868", "cloud": "#c44e52"}
@@ -85,6 +92,44 @@ def draw(info: dict[str, Any], networks: dict[str, str], routes: pd.DataFrame, l
     return fig
 
 
+def panel_e(info: dict[str, Any]) -> Check:
+    """The hierarchy the runs configured against the report's evaluation system (its Fig. 1(e), Sec. 4.2)."""
+    stated = load_reference("zhang2018/fig1").set_index(["condition", "metric"])["value"]
+    system = "evaluation system (Fig. 1(e), Sec. 4.2)"
+    want = {
+        "end": (stated[system, "end_devices"], stated["end device VM", "vcpus"], 0.0),
+        "edge": (
+            stated[system, "edge_devices"],
+            stated["edge device VM", "vcpus"],
+            stated["simulated delay to edge devices (default)", "latency_s"],
+        ),
+        "cloud": (stated[system, "clouds"], None, stated["simulated delay to the cloud (default)", "latency_s"]),
+    }
+    tiers = {t["name"]: t for t in info.get("hierarchy", {}).get("tiers", [])}
+    off = []
+    for name, (devices, cores, latency) in want.items():
+        tier = tiers.get(name)
+        if tier is None:
+            off.append(f"no {name} tier")
+            continue
+        has = {"devices": int(devices), "cores": None if cores is None else int(cores), "latency_s": float(latency)}
+        if any(v is not None and tier[k] != v for k, v in has.items()):
+            off.append(f"{name}: {tier['devices']} device(s) of {tier['cores']} core(s), {tier['latency_s']} s")
+    seen = (
+        ", ".join(f"{n} {t['devices']} x {t['cores']} core(s), {t['latency_s']} s" for n, t in tiers.items())
+        or "no hierarchy recorded"
+    )
+    return verdict.holds(
+        "panel (e)",
+        not off,
+        seen,
+        "the hierarchy drawn is the report's evaluation system: 8 end devices of 1 vCPU, 4 edge devices of 4, "
+        "one cloud; 0.5 s added to an edge, 1 s to the cloud",
+        basis=Basis.CONFIGURED,
+        note="; ".join(off),
+    )
+
+
 def render(
     root: Path,
     info: dict[str, Any],
@@ -93,10 +138,33 @@ def render(
     *,
     notebook: str,
     parameters: dict[str, Any],
+    reduction: str | None = None,
 ) -> list[ReportItem]:
-    """zhang2018/fig1 (the evaluation system and its routes) and qiao/fig1-1 (the IoT-fog-cloud continuum)."""
+    """zhang2018/fig1 (the evaluation system and its routes) and qiao/fig1-1 (the IoT-fog-cloud continuum).
+
+    ``reduction`` says how the runs whose routes are drawn are smaller than the
+    report's job; by default it is read from ``parameters`` (a Figure 3 run's).
+    """
+    if reduction is None:
+        from edgelab.experiments.zhang2018_schemes import job_reduction
+
+        keys = ("tasks", "task_size", "end_devices")
+        reduction = job_reduction(*(parameters[k] for k in keys)) if all(k in parameters for k in keys) else ""
     items = []
     table = routes.groupby(["scheme", "mapping", "upper"], as_index=False)[["tasks", "bytes"]].sum()
+    sketch = "an architecture sketch with no values, lost from the text; drawn from the running hierarchy"
+    results = {
+        "zhang2018/fig1": verdict.decide(
+            [panel_e(info)],
+            fitted=[],
+            predicted=[],
+            noise=Noise.none("the devices the runs configured, listed"),
+            choices=["memory, bandwidth and the cloud's cores, which the report does not state (edgelab.hierarchy)"],
+        ),
+        "qiao/fig1-1": verdict.decide(
+            [], fitted=[], predicted=[], noise=Noise.none("a diagram"), reason=sketch, reason_class="qualitative"
+        ),
+    }
     for item_id, labels, title, note in (
         (
             "zhang2018/fig1",
@@ -115,20 +183,21 @@ def render(
             "Only what the scheme sends crosses a link (table: tasks and bytes per upper device).",
         ),
     ):
+        result = results[item_id]
         png = save_figure(draw(info, networks, routes, labels), item_id, root=root)
-        md = [f"# {item_id}: {title}", "", note, "", markdown_table(table)]
+        md = [f"# {item_id}: {title}", "", note, "", markdown_table(table), "", result.markdown()]
         files = [png, *save_table(table, "\n".join(md) + "\n", item_id, root=root)]
         items.append(
-            ReportItem(
+            ReportItem.from_verdict(
                 item_id,
-                [str(f) for f in files],
+                files,
+                result,
                 data_source={"name": "the runs' cluster and stages", "source": "zhang2018/fig3 runs"},
                 clock="none (a diagram of the devices and the tasks they exchanged)",
                 paper_values_shown=True,
-                status="not judged",
-                why="an architecture sketch with no values, lost from the text; drawn from the running hierarchy",
                 notebook=notebook,
                 parameters=parameters,
+                reduction=reduction,
             )
         )
     return items

@@ -36,7 +36,7 @@ from edgelab.figures.style import markdown_table, save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem, item_path
 from edgelab.results import atomic_write_text
-from edgelab.verdict import Check, Verdict, decide
+from edgelab.verdict import Basis, Check, Noise, Verdict, decide, holds
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -53,7 +53,12 @@ SCHEDULER_ROLE = "scheduler (≙ control-plane,master)"
 # Every package C4 (the same environment on every node) compares.
 ENV_PACKAGES = ("python", "tensorflow", "dask", "distributed", "numpy")
 _TF_DISTS = ("tensorflow", "tensorflow-cpu", "tensorflow-aarch64", "tensorflow-macos", "tf-nightly")
-_NOISE = "not applicable: a listing of the live cluster (no value is compared across repeats)"
+_NOISE = Noise.none("a listing of the live cluster, read once: states and versions, not timed")
+#: The modelling choice behind every cluster item: Kubernetes read as Dask (``MAPPING``).
+_CHOICES = [
+    "Kubernetes mapped onto Dask (scheduler for the master, device workers for the slaves, the nanny's "
+    "restart for RestartPolicy=Always, worker transfers for SSH, the notebook client for Jupyter)"
+]
 _KUBECTL_NODES = ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
 _OK_SCOPES = ("loopback", "in-process", "this host")
 
@@ -85,25 +90,28 @@ def kubectl_age(seconds: float) -> str:
     s = int(seconds)
     if s < -1:
         return "<invalid>"
-    if s < 120:
-        return f"{max(s, 0)}s"
-    minutes, hours = s // 60, s // 3600
-    if minutes < 10:
-        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    if hours < 8:
-        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
-    if hours < 48:
-        return f"{hours}h"
-    days = hours // 24
-    if hours < 24 * 8:
-        return f"{days}d" if hours % 24 == 0 else f"{days}d{hours % 24}h"
-    if hours < 24 * 365 * 2:
-        return f"{days}d"
-    if hours < 24 * 365 * 8:
-        return f"{days // 365}y" if days % 365 == 0 else f"{days // 365}y{days % 365}d"
-    return f"{days // 365}y"
+    s = max(s, 0)
+    return next(form(s) for below, form in _AGES if below is None or s < below)
+
+
+def _two(big: int, big_unit: str, small: int, small_unit: str) -> str:
+    """``3m10s``, or ``3m`` when the smaller unit is zero."""
+    return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
+
+
+_MINUTE, _HOUR, _DAY, _YEAR = 60, 3600, 86400, 365 * 86400
+# kubectl's HumanDuration (apimachinery duration.go), bound by bound: below each, the format beside it.
+_AGES = (
+    (2 * _MINUTE, lambda s: f"{s}s"),
+    (10 * _MINUTE, lambda s: _two(s // _MINUTE, "m", s % _MINUTE, "s")),
+    (3 * _HOUR, lambda s: f"{s // _MINUTE}m"),
+    (8 * _HOUR, lambda s: _two(s // _HOUR, "h", s // _MINUTE % 60, "m")),
+    (2 * _DAY, lambda s: f"{s // _HOUR}h"),
+    (8 * _DAY, lambda s: _two(s // _DAY, "d", s // _HOUR % 24, "h")),
+    (2 * _YEAR, lambda s: f"{s // _DAY}d"),
+    (8 * _YEAR, lambda s: _two(s // _YEAR, "y", s // _DAY % 365, "d")),
+    (None, lambda s: f"{s // _YEAR}y"),
+)
 
 
 # ------------------------------------------------------------ on the nodes ----
@@ -577,8 +585,13 @@ def collect(
 
 
 def judge_nodes(nodes: pd.DataFrame, *, expected_workers: int) -> Verdict:
-    """jeon/fig4 on claim C1: one scheduler and ``expected_workers`` workers, every node Ready."""
-    return decide(_c1(nodes, expected_workers), fitted=[], predicted=[f"node {n}" for n in nodes["NAME"]], noise=_NOISE)
+    """jeon/fig4 on claim C1: one scheduler and ``expected_workers`` workers, every node Ready.
+
+    Structural (``CONFIGURED``): the cluster listed is the one the run
+    started, so its nodes being there and Ready confirms the build, no
+    prediction.
+    """
+    return decide(_c1(nodes, expected_workers), fitted=[], predicted=[], noise=_NOISE, choices=_CHOICES)
 
 
 def _c1(nodes: pd.DataFrame, expected_workers: int) -> list[Check]:
@@ -586,46 +599,111 @@ def _c1(nodes: pd.DataFrame, expected_workers: int) -> list[Check]:
     ready = nodes["STATUS"] == "Ready"
     late = ", ".join(f"{n} ({s})" for n, s in zip(nodes["NAME"][~ready], nodes["status"][~ready], strict=True))
     return [
-        Check(
+        holds(
             "nodes",
             n_sched == 1 and n_work == expected_workers,
             f"{n_sched} scheduler + {n_work} workers",
             f"C1: 1 scheduler (≙ master) + {expected_workers} workers (≙ slaves)",
+            basis=Basis.CONFIGURED,
         ),
-        Check(
+        holds(
             "ready",
             bool(ready.all()),
             f"{int(ready.sum())}/{len(nodes)} Ready" + (f"; not ready: {late}" if late else ""),
             "C1: every node Ready (status running)",
+            basis=Basis.CONFIGURED,
         ),
     ]
 
 
-def judge_deployments(deployments: pd.DataFrame) -> Verdict:
-    """jeon/fig5: every role (and the coordinator) 1/1 ready and up to date with the client's packages."""
+def judge_deployments(deployments: pd.DataFrame, *, fault: Mapping[str, Any] | None = None) -> Verdict:
+    """jeon/fig5: every role (and the coordinator) 1/1 ready and up to date; with a fault run, claim C2.
+
+    Structural (``CONFIGURED``): the roles are the ones the run placed, on
+    workers it started from one installation, and the restart that C2's
+    ``RestartPolicy=Always`` stands for is the nanny's the run configured.
+    That the stream recovered from the kill with the undisturbed run's
+    outputs is correctness: a failure there is a wrong result.
+
+    Parameters
+    ----------
+    deployments
+        ``deployments_table`` of the cluster.
+    fault
+        The fault run (``JeonSummary.fault``: kills, recoveries, replayed micro-batches and whether the
+        outputs equal the undisturbed run's); None or empty when none ran.
+    """
     ready = deployments["READY"] == "1/1"
     current = deployments["UP-TO-DATE"] == 1
     stale = "; ".join(f"{n}: {d or 'not running'}" for n, d in deployments.loc[~current, ["NAME", "differs"]].values)
     checks = [
-        Check(
+        holds(
             "ready",
             bool(ready.all()),
             f"{int(ready.sum())}/{len(ready)} ready"
             + (f"; not: {', '.join(deployments['NAME'][~ready])}" if not ready.all() else ""),
             "every deployment 1/1 (its worker running), as the paper's six",
+            basis=Basis.CONFIGURED,
         ),
-        Check(
+        holds(
             "up-to-date",
             bool(current.all()),
             f"{int(current.sum())}/{len(current)} up to date" + (f"; {stale}" if stale else ""),
             "every node's package versions equal the client's",
+            basis=Basis.CONFIGURED,
+        ),
+        *(_restart_checks(fault) if fault else []),
+    ]
+    return decide(checks, fitted=[], predicted=[], noise=_NOISE, choices=_CHOICES)
+
+
+def _replayed(fault: Mapping[str, Any]) -> int:
+    """How many micro-batches the recovery streamed again (the run records their indices)."""
+    return len(fault.get("replayed_micro_batches") or [])
+
+
+def _fault_line(fault: Mapping[str, Any] | None) -> str:
+    """The fault run in one sentence, for jeon/fig5's page (C2)."""
+    if not fault:
+        return " No fault run was asked for (C2 not tried)."
+    kills = ", ".join(f"{k.get('device')} before micro-batch {k.get('at')}" for k in fault.get("kills", []))
+    return (
+        f" Fault run (C2, RestartPolicy=Always ≙ the nanny's restart): killed {kills or 'nothing'}; "
+        f"{_replayed(fault)} micro-batch(es) streamed again; host wall "
+        f"{fault.get('host_wall_s', float('nan')):.1f} s."
+    )
+
+
+def _restart_checks(fault: Mapping[str, Any]) -> list[Check]:
+    """C2 on the fault run: the killed stage's device ran again, and the stream's outputs are the undisturbed ones."""
+    kills, recoveries = list(fault.get("kills", [])), list(fault.get("recoveries", []))
+    resumed = [r for r in recoveries if r.get("phase") == "stream" and r.get("resumed")]
+    back = ", ".join(f"{r['device']} back after {r['back_s']:.1f} s" for r in resumed)
+    return [
+        holds(
+            "C2 restart",
+            bool(kills) and bool(resumed),
+            f"{len(kills)} device(s) killed mid-stream; {back or 'none back'}; "
+            f"{_replayed(fault)} micro-batch(es) streamed again",
+            "RestartPolicy=Always (≙ the nanny's restart): a killed stage's device runs again and the stream ends",
+            basis=Basis.CONFIGURED,
+        ),
+        holds(
+            "recovered outputs equal the undisturbed run's",
+            bool(fault.get("outputs_equal_undisturbed")),
+            f"outputs after the recovery equal the undisturbed pipeline's: {fault.get('outputs_equal_undisturbed')}",
+            "a recovered stream computes the same predictions, bit for bit",
+            basis=Basis.CORRECTNESS,
         ),
     ]
-    return decide(checks, fitted=[], predicted=[f"deployment {n}" for n in deployments["NAME"]], noise=_NOISE)
 
 
 def judge_services(services: pd.DataFrame) -> Verdict:
-    """jeon/fig6: every endpoint (and nanny) answered a ping, and every address is loopback or this host's own."""
+    """jeon/fig6: every endpoint (and nanny) answered a ping, and every address is loopback or this host's own.
+
+    Structural (``CONFIGURED``): the endpoints are the ones the run opened;
+    their round trips are shown, not judged (the paper gives none).
+    """
     # A worker without a nanny has nothing more to answer.
     nanny = services["nanny_answered"].map(lambda v: True if v is None or pd.isna(v) else bool(v))
     answered = services["answered"].astype(bool) & nanny
@@ -635,30 +713,34 @@ def judge_services(services: pd.DataFrame) -> Verdict:
     scoped = services["scope"].isin(_OK_SCOPES)
     outside = ", ".join(f"{n} ({s})" for n, s in services.loc[~scoped, ["NAME", "scope"]].values)
     checks = [
-        Check(
+        holds(
             "answered",
             bool(answered.all()),
             f"{int(answered.sum())}/{len(answered)} endpoints answered"
             + (f"; silent: {silent}" if silent else "")
             + timing,
             "every endpoint answers a client.run ping (the paper: every node's ports reachable)",
+            basis=Basis.CONFIGURED,
         ),
-        Check(
+        holds(
             "addresses",
             bool(scoped.all()),
             f"{int(scoped.sum())}/{len(scoped)} loopback, in-process or this host"
             + (f"; not: {outside}" if outside else ""),
             "every address loopback, in-process or this host's own (the paper's public ones are never contacted)",
+            basis=Basis.CONFIGURED,
         ),
     ]
-    return decide(checks, fitted=[], predicted=[f"endpoint {n}" for n in services["NAME"]], noise=_NOISE)
+    return decide(checks, fitted=[], predicted=[], noise=_NOISE, choices=_CHOICES)
 
 
 def judge_topology(view: ClusterView, *, expected_workers: int) -> Verdict:
     """jeon/fig2 on its claims: the layout (C1), shared storage (C3), the same environment on every node (C4).
 
-    On one host running one interpreter, C3 and C4 hold by construction and are not judged: only
-    separate machines can show what Docker gave the paper.
+    All structural (``CONFIGURED``). On one host running one interpreter, C3
+    and C4 hold by construction and no run here can decide them
+    ("qualitative"): only separate machines can show what Docker gave the
+    paper. A difference found is a difference all the same.
     """
     env, store = view.environment, view.storage
     one_install = env["hostname"].nunique() == 1 and env["executable"].nunique() == 1
@@ -668,29 +750,35 @@ def judge_topology(view: ClusterView, *, expected_workers: int) -> Verdict:
     both = store[["reads_client", "client_reads"]].all(axis=1)
     shared = bool(len(store) and both.all())
     by_construction = "holds by construction: every node runs the same interpreter on one host"
+    env_undecided = equal and one_install
+    store_undecided = shared and one_host
     checks = [
         # The layout is C1's node count; readiness is fig4's.
         *_c1(view.nodes, expected_workers)[:1],
-        Check(
+        holds(
             "C4 environment",
-            False if not equal else (None if one_install else True),
+            None if env_undecided else equal,
             f"{len(env)} nodes (client, scheduler, workers), " + (f"differ in {differ}" if differ else "same versions"),
             "Python, TensorFlow, dask, distributed, numpy equal on every node",
-            by_construction if equal and one_install else "",
+            basis=Basis.CONFIGURED,
+            note=by_construction if env_undecided else "",
+            undecided="qualitative" if env_undecided else "",
         ),
-        Check(
+        holds(
             "C3 storage",
-            False if not shared else (None if one_host else True),
+            None if store_undecided else shared,
             f"{int(both.sum())}/{len(store)} workers share {view.data_dir}",
             "a file written by the client is read by each worker, and back",
-            "holds by construction: one host, one file system" if shared and one_host else "",
+            basis=Basis.CONFIGURED,
+            note="holds by construction: one host, one file system" if store_undecided else "",
+            undecided="qualitative" if store_undecided else "",
         ),
     ]
-    return decide(checks, fitted=[], predicted=["layout", "environment", "storage"], noise=_NOISE)
+    return decide(checks, fitted=[], predicted=[], noise=_NOISE, choices=_CHOICES)
 
 
 def _not_judged(reason: str) -> Verdict:
-    return Verdict("not judged", [], [], [], _NOISE, reason)
+    return decide([], fitted=[], predicted=[], noise=_NOISE, reason=reason, reason_class="qualitative")
 
 
 # --------------------------------------------------------------- rendering ----
@@ -804,6 +892,7 @@ def render_cluster_items(
     data_source: dict[str, Any],
     expected_workers: int = 5,
     references: Mapping[str, pd.DataFrame] | None = None,
+    fault: Mapping[str, Any] | None = None,
 ) -> list[ReportItem]:
     """Write jeon/fig2, fig4, fig5, fig6 and fig10 from a collected view, each with its verdict.
 
@@ -820,6 +909,8 @@ def render_cluster_items(
     references
         The paper's tidy rows by item id (``jeon/fig4`` ...); missing ones are read with ``load_reference``, and an
         item whose rows are not transcribed yet is rendered without them.
+    fault
+        The fault run (``JeonSummary.fault``), judged on jeon/fig5 (claim C2) and recorded as its recoveries.
 
     Returns
     -------
@@ -844,10 +935,10 @@ def render_cluster_items(
             f"Names:\n\n{mapping}",
         ),
         "jeon/fig5": (
-            judge_deployments(deploy),
+            judge_deployments(deploy, fault=fault),
             deploy,
             deploy,
-            "The paper's unnumbered `tensor-deployment` is read as the coordinator (P9).",
+            "The paper's unnumbered `tensor-deployment` is read as the coordinator (P9)." + _fault_line(fault),
         ),
         "jeon/fig6": (
             judge_services(view.services),
@@ -865,7 +956,8 @@ def render_cluster_items(
         rows = [full.assign(source="edgelab (live Dask)")]
         rows += [] if paper is None else [paper_listing(paper).assign(source="paper (Kubernetes, as printed)")]
         files = save_table(pd.concat(rows, ignore_index=True), "\n".join(md), item_id, root=root)
-        items.append(_item(item_id, files, verdict, paper is not None, common))
+        recoveries = list((fault or {}).get("recoveries", [])) if item_id == "jeon/fig5" else []
+        items.append(_item(item_id, files, verdict, paper is not None, {**common, "recoveries": recoveries}))
     hardware = _not_judged(
         "a photo cannot be regenerated: the hardware table read from the live workers stands in for it, and the "
         "photo has no values to compare"

@@ -7,7 +7,9 @@ its parameters and final digest, the bytes of one synchronization; (b) cuts the
 same layers into N stages by multiply-adds, illustrative (park2020 uses only
 (a)). fig2 is the master, the workers and the monitor with the configured link
 and the bytes measured, beside a "paper vs this run" table. Neither has a value
-to reproduce, so each is "not judged" unless a check of the run fails.
+to predict: their checks are structural (what the run configured and built,
+against the paper's description), so each is "consistent" when they hold and
+"differs" when one fails, never "reproduced".
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -22,21 +25,26 @@ from typing import Any
 import pandas as pd
 
 from edgelab import timeline
+from edgelab import verdict as policy
 from edgelab.errors import ConfigError
+from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE
+from edgelab.figures.runs import fewer, reduction
 from edgelab.figures.style import apply_style, markdown_table, save_figure, save_table
 from edgelab.model_costs import is_resnet, layers, parameter_count, weight_count
 from edgelab.report import ReportItem
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 from edgelab.train_config import TrainConfig, samples_per_device, steps_per_device
-from edgelab.verdict import LEVEL_TOLERANCE, Check, Verdict
+from edgelab.verdict import Basis, Check, Noise, Verdict
 
 EXPERIMENT = "park2020_resnet"
 PAPER_LINK_MBPS = 100.0
 PAPER_BOARDS = 10
 PAPER_MONITOR_S = 30.0
 CLOCK = "none (a diagram of one stored run: counts and bytes from its records)"
-_NOISE = "not applicable: counts, sizes and settings of one run (nothing repeated)"
+_NOISE = Noise.none("counts, sizes and settings of one run: nothing timed")
+#: The nodes fig2 draws besides the device workers.
+_OTHER_NODES = ("master / parameter server", "monitor")
 _BLOCK_END = re.compile(r"^(stem_relu|s\d+b\d+_relu|pool)$")
 _MB = 1e6
 _SMALL = {"fontsize": 6, "ha": "center", "va": "center"}
@@ -167,11 +175,19 @@ def stages_table(model: str, n_stages: int, batch_size: int) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _diagram_verdict(checks: list[Check], reason: str, fitted: list[str]) -> Verdict:
-    """Not judged (there is nothing to reproduce) with ``reason``; differs when a check of the run fails."""
-    if any(c.passed is False for c in checks):
-        return Verdict("differs", checks, fitted, [], _NOISE)
-    return Verdict("not judged", checks, fitted, [], _NOISE, reason)
+def _diagram_verdict(checks: list[Check], reason: str, choices: list[str]) -> Verdict:
+    """The policy's verdict on a diagram's structural checks: consistent, differs, or not judged for ``reason``."""
+    return policy.decide(
+        checks, fitted=[], predicted=[], noise=_NOISE, choices=choices, reason=reason, reason_class="qualitative"
+    )
+
+
+def _choices(run: StoredRun, topology: Topology | None = None) -> list[str]:
+    """The modelling choices the diagram's run made where the paper is silent."""
+    cfg = run.params["train"]
+    split = "its 1/N shard" if cfg.get("worker_data") == "shard" else "the whole training set"
+    where = topology.describe() if topology is not None else "not recorded by the run"
+    return [f"worker_data={cfg.get('worker_data')}: each device trains {split}", f"topology: {where}"]
 
 
 def _box(ax: Any, x: float, y: float, text: str, color: str, size: float = 7) -> None:
@@ -190,7 +206,10 @@ def _arrow(
 
 def _common(run: StoredRun, notebook: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
     source = {"experiment": EXPERIMENT, "run": run.key, "dataset": run.summary.get("dataset", run.params["dataset"])}
-    return {"data_source": source, "clock": CLOCK, "notebook": notebook, "parameters": parameters or {}}
+    common = {"data_source": source, "clock": CLOCK, "notebook": notebook, "parameters": parameters or {}}
+    n, n_train = int(run.params["train"]["n_devices"]), int(run.params["dataset"]["n_train"])
+    images = fewer(n_train, int(run.params["dataset"].get("full_train_size") or PAPER_TRAIN_SIZE), "training images")
+    return common | {"reduction": reduction(fewer(n, PAPER_BOARDS, "boards"), images)}
 
 
 # ----------------------------------------------------------------- fig1 ----
@@ -224,14 +243,34 @@ def render_fig1(
     pulls = sorted(set(records["bytes_received"].astype(int)))
     pull_rule = f"every device pulls the whole {cfg.model} every synchronization ({pull:,} bytes: every weight x 4)"
     stage_text = f"{' + '.join(f'{v:,}' for v in stages['parameters'])} = {int(stages['parameters'].sum()):,}"
+    configured, built = Basis.CONFIGURED, Basis.STRUCTURE
     checks = [
-        Check("workers", len(devices) == n, f"{len(devices)} worker boxes; n_devices={n}", "one box per device"),
-        Check("shards", shard_total == (n * n_train if full else n_train), shard_text, shard_rule),
-        Check("samples trained", bool((trained == devices["expected_per_epoch"]).all()), trained_text, trained_rule),
-        Check("same model", pulls == [pull], f"pulls of {pulls} bytes", pull_rule),
-        Check("stage parameters", int(stages["parameters"].sum()) == params, stage_text, f"(b) holds {params:,}"),
+        Check(
+            "workers",
+            len(devices) == n,
+            f"{len(devices)} worker boxes; n_devices={n}",
+            "one box per device",
+            basis=configured,
+        ),
+        Check("shards", shard_total == (n * n_train if full else n_train), shard_text, shard_rule, basis=configured),
+        Check(
+            "samples trained",
+            bool((trained == devices["expected_per_epoch"]).all()),
+            trained_text,
+            trained_rule,
+            basis=configured,
+        ),
+        Check("same model", pulls == [pull], f"pulls of {pulls} bytes", pull_rule, basis=built),
+        Check(
+            "stage parameters",
+            int(stages["parameters"].sum()) == params,
+            stage_text,
+            f"(b) holds {params:,}",
+            basis=built,
+        ),
     ]
-    verdict = _diagram_verdict(checks, "a concept diagram: no values to compare (the paper's Fig 1 has none)", [])
+    reason = "a concept diagram: no values to compare (the paper's Fig 1 has none)"
+    verdict = _diagram_verdict(checks, reason, _choices(run))
 
     fig, (ax_a, ax_b) = plt.subplots(2, 1, figsize=(max(10.0, 2.2 * n), 8.5), height_ratios=(1.6, 1))
     for ax, low in ((ax_a, 0), (ax_b, 3.5)):
@@ -388,26 +427,42 @@ def render_fig2(
     boards = n + (0 if topology.master_is_device else 1)
     workers = int((nodes["role"] == "worker").sum())
     node_text = f"{len(nodes)} nodes drawn: master + {workers} workers + monitor ({boards} boards)"
-    link_ok = round(abs(link / PAPER_LINK_MBPS - 1), 9) <= LEVEL_TOLERANCE
-    link_text, link_rule = f"{link:g} Mbit/s vs the paper's {PAPER_LINK_MBPS:g}", f"|error| <= {LEVEL_TOLERANCE:.0%}"
+    configured = Basis.CONFIGURED
+    link_text = f"{link:g} Mbit/s vs the paper's {PAPER_LINK_MBPS:g}"
+    link_check = policy.close("link rate", link, PAPER_LINK_MBPS, basis=configured, text=link_text)
+    link_check = replace(link_check, note="a setting: the device profile copies the paper's link")
     fewer = f"the run used {n} of the paper's {PAPER_BOARDS}" if n < PAPER_BOARDS else ""
+    period = "a setting; the sampler is not Ganglia"
+    same_period = interval is not None and policy.within(abs(float(interval) - PAPER_MONITOR_S), 0.0)
     checks = [
-        Check("nodes", len(nodes) == n + 2, node_text, "node count = N + 1 (+ monitor)"),
-        Check("link rate", link_ok, link_text, link_rule),
-        Check("boards", None if fewer else n == PAPER_BOARDS, f"{n} devices", f"{PAPER_BOARDS} boards", fewer),
+        Check(
+            "nodes", len(nodes) == n + len(_OTHER_NODES), node_text, "node count = N + 1 (+ monitor)", basis=configured
+        ),
+        link_check,
+        Check(
+            "boards",
+            None if fewer else n == PAPER_BOARDS,
+            f"{n} devices",
+            f"{PAPER_BOARDS} boards",
+            fewer,
+            basis=configured,
+            undecided="too small" if fewer else "",
+        ),
         Check(
             "monitor period",
-            None,
+            True if same_period else None,
             f"{interval} s",
             f"Ganglia's {PAPER_MONITOR_S:g} s",
-            "a setting; the sampler is not Ganglia",
+            period if same_period else f"{period}; a short run samples more often to see anything",
+            basis=configured,
+            undecided="" if same_period else "too small",
         ),
     ]
     reason = (
         "a system diagram: its numbers (100 Mbit/s, ten boards, 30 s) are settings copied into the run, not "
         "predictions: nothing to reproduce"
     )
-    verdict = _diagram_verdict(checks, reason, [f"link rate {link:g} Mbit/s (the profile copies the paper's)"])
+    verdict = _diagram_verdict(checks, reason, _choices(run, topology))
 
     fig, (ax, ax_t) = plt.subplots(2, 1, figsize=(max(10.0, 2.2 * n), 10.5), height_ratios=(3, 1.3))
     ax.set(xlim=(0, n), ylim=(0, 10))

@@ -3,8 +3,14 @@
 The rows an item reads from a ``ResnetSummary`` (trained, out of memory, by
 clock), the CSV rows that put the paper's value beside the measured and
 per-table ones, the lines every item states (the clock, the projection, the
-data, the device's memory budget, the topology), the checks' labelling, and
-how an item is written.
+data, the device's memory budget, the topology), the checks' labelling and
+evidence, the modelling choices and reductions, and how an item is written.
+
+What a value rests on: times, CPU shares and traffic rates are the device
+model's (counted steps, FLOPs and bytes, one run per cell: deterministic,
+``Basis.MODELLED``); a memory need is measured on this host (``HOST_MEASURE``,
+judged with three probes); an accuracy is trained (``TRAINED``, one run per
+cell here).
 """
 
 from __future__ import annotations
@@ -18,16 +24,22 @@ import pandas as pd
 
 from edgelab import verdict as policy
 from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
-from edgelab.figures.runs import CLOCK_LABEL
+from edgelab.figures.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
 from edgelab.figures.style import markdown_table, save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
 from edgelab.timeline import Topology
-from edgelab.verdict import Check, Noise, Verdict
+from edgelab.verdict import Basis, Check, Noise, Verdict
 
 PRIMARY, ALTERNATIVE = "device_model", "per_table"
-#: One run per cell and no repeats: the noise is not measured, and every verdict says so.
-NO_NOISE = Noise()
+#: The device model's values carry no noise: nothing of them is timed, and every verdict says so.
+NO_NOISE = Noise.none("the device-model clock is computed from counted steps, FLOPs and bytes, not timed")
+#: The paper's grid: depths, batch sizes, device counts; its test set; Table 4's run (devices, epochs).
+PAPER_DEPTHS, PAPER_BATCHES, PAPER_DEVICES = (32, 80, 110), (32, 64, 128), range(1, 11)
+PAPER_TEST_SIZE = 10_000
+PAPER_TABLE4 = (10, 5)
+#: What each ResNet device iterates: the paper does not say (MXNet's train_cifar10.py splits by worker).
+SHARD_CHOICE = "worker_data=shard: each device trains its 1/N shard (MXNet's train_cifar10.py splits by worker)"
 _COLUMNS = [
     "depth", "batch", "devices", "epochs", "config", "paper_rounds", "clock", "outcome", "rounds_measured", "scale",
     "projected_s", "accuracy", "cpu_pct", "measured_mb", "estimated_mb", "budget_mb", "rss_mb_host",
@@ -96,7 +108,49 @@ def oom_note(row: Any) -> str:
 
 def networked(devices: list[int], topology: Topology) -> list[int]:
     """The device counts whose exchange crosses the network (none at N=1 when the server is on the device)."""
-    return [n for n in devices if n >= 2 or not topology.master_is_device]
+    return [n for n in devices if n > 1 or not topology.master_is_device]
+
+
+def choices(summary: ResnetSummary) -> list[str]:
+    """The modelling choices the paper leaves open, as this experiment set them."""
+    return [SHARD_CHOICE, *topology_choices(summary.topology)]
+
+
+def resnet_reduction(summary: ResnetSummary) -> str:
+    """How the ResNet runs are smaller than the paper's (``""`` at its size)."""
+    runs, d = summary.runs, summary.dataset
+    trained = runs[runs["outcome"] == "trained"] if "outcome" in runs else runs
+    measured = int(trained["rounds_measured"].max()) if "rounds_measured" in trained and len(trained) else 0
+    steps = (
+        f"{measured} measured batches per device and epoch (at most), the rest projected"
+        if summary.max_steps is not None
+        else ""
+    )
+    t4 = trained[trained["epochs"] > 1] if "epochs" in trained else trained.iloc[0:0]
+    table4 = (
+        f"Table 4: {int(t4['devices'].iloc[0])} devices x {int(t4['epochs'].iloc[0])} epochs of the paper's "
+        f"{PAPER_TABLE4[0]} x {PAPER_TABLE4[1]}"
+        if len(t4) and (int(t4["devices"].iloc[0]), int(t4["epochs"].iloc[0])) != PAPER_TABLE4
+        else ""
+    )
+    grid = runs if len(runs) else pd.DataFrame(columns=["depth", "batch", "devices"])
+    return reduction(
+        fewer(int(d.get("n_train") or PAPER_TRAIN_SIZE), PAPER_TRAIN_SIZE, "training images"),
+        fewer(int(d.get("n_test") or PAPER_TEST_SIZE), PAPER_TEST_SIZE, "test images"),
+        steps,
+        _fewer_values(grid["depth"], PAPER_DEPTHS, "depths"),
+        _fewer_values(grid["batch"], PAPER_BATCHES, "batch sizes"),
+        fewer_counts(grid["devices"].unique(), PAPER_DEVICES),
+        table4,
+    )
+
+
+def _fewer_values(mine: Any, paper: Any, what: str) -> str:
+    """``"depths 32, 56 of the paper's 32, 80, 110"`` when they differ."""
+    ours, theirs = sorted({int(v) for v in mine}), sorted(paper)
+    if ours == theirs:
+        return ""
+    return f"{what} {', '.join(map(str, ours))} of the paper's {', '.join(map(str, theirs))}"
 
 
 def full_epoch(rows: pd.DataFrame) -> tuple[bool, int]:
@@ -155,7 +209,10 @@ def context_lines(summary: ResnetSummary, rows: pd.DataFrame, *, accuracy: bool 
     )
     lines = [
         f"Clock: {CLOCK_LABEL[PRIMARY]}: {summary.device_model.describe()}. Nothing of this experiment is fitted: "
-        f"every time, rate and CPU share here is a prediction. {alt}",
+        f"every time, rate and CPU share here is a prediction, deterministic (counted steps, FLOPs and bytes: "
+        f"judged without repeats). A memory need is measured on this host ({memory_runs(rows)} probe(s) per "
+        f"configuration) and an accuracy is trained (one run per cell): each is judged with "
+        f"{policy.MIN_REPEATS} runs behind it. {alt}",
         "",
         "Projection (a round is one batch and one synchronization per device; under per-batch synchronization every "
         "round of an epoch costs the same, so one epoch of the paper's 50,000 images is the measured rounds times "
@@ -196,9 +253,12 @@ def level(
     at: str = "N=",
     unit: str = "",
     each: bool = False,
+    basis: Basis = Basis.MODELLED,
+    noise: Noise = NO_NOISE,
 ) -> Check:
     """``policy.level`` with the claim named and the cell labelled (a config, an epoch, a device count)."""
-    return named(policy.level(paper, measured, list(cells), NO_NOISE, unit=unit, each=each), what, at=at)
+    check = policy.level(paper, measured, list(cells), noise, basis=basis, unit=unit, each=each)
+    return named(check, what, at=at)
 
 
 def named(check: Check, what: str, *, at: str = "N=") -> Check:
@@ -206,14 +266,36 @@ def named(check: Check, what: str, *, at: str = "N=") -> Check:
     return replace(check, measured=f"{what}: {check.measured.replace('N=', at)}")
 
 
-def undecided(name: str, measured: str, rule: str, note: str = "") -> Check:
-    """A check the data cannot decide."""
-    return Check(name, None, measured, rule, note)
+def undecided(name: str, measured: str, rule: str, note: str = "", *, basis: Basis, reason: str) -> Check:
+    """A check the data cannot decide, and why (``reason``: one of ``verdict.REASONS``)."""
+    return Check(name, None, measured, rule, note, basis=basis, undecided=reason)
 
 
-def gate(check: Check, judged: bool, note: str) -> Check:
-    """The check as computed when ``judged``; otherwise shown but not judged, with why."""
-    return check if judged else replace(check, passed=None, note=note)
+def gate(check: Check, judged: bool, note: str, reason: str = "too small") -> Check:
+    """The check as computed when ``judged``; otherwise shown but not judged, with why and its reason class."""
+    return check if judged else replace(check, passed=None, note=note, undecided=reason)
+
+
+def memory_runs(rows: pd.DataFrame) -> int:
+    """The fewest probes behind the memory needs of ``rows`` (one per configuration when not repeated)."""
+    if "memory_runs" not in rows or rows.empty:
+        return 1
+    return int(rows["memory_runs"].fillna(1).min())
+
+
+def memory_noise(rows: pd.DataFrame, configs: list[str], offset_mb: float = 0.0) -> Noise:
+    """The spread of each configuration's memory probes (plus ``offset_mb``, e.g. the framework), one cell each."""
+    cells = {}
+    for config in configs:
+        part = rows[rows["config"] == config]
+        if part.empty:
+            continue
+        r = part.iloc[0]
+        mid = float(r["measured_mb"]) + offset_mb
+        lo = float(r.get("memory_min_mb", r["measured_mb"])) + offset_mb
+        hi = float(r.get("memory_max_mb", r["measured_mb"])) + offset_mb
+        cells[config] = (lo, mid, hi, int(r.get("memory_runs", 1)))
+    return Noise(cells, axis="config")
 
 
 def finish(
@@ -238,7 +320,8 @@ def finish(
     lines = [f"# {item_id}: {title}", "", *context_lines(summary, shown, accuracy=accuracy), "", verdict.markdown()]
     md = "\n".join([*lines, *body, "", markdown_table(md_table)])
     files = [save_figure(fig, item_id, root=root), *save_table(table, md, item_id, root=root)]
-    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=clock, **common)
+    rest = {"reduction": resnet_reduction(summary)} | common
+    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=clock, **rest)
 
 
 def time_clock(summary: ResnetSummary) -> str:

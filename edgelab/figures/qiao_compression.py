@@ -4,8 +4,10 @@ Left: a waterfall of the model's bytes through Deep Compression's three
 stages at the headline sparsity, each bar labelled with the stage's test
 accuracy and its latency per image on the emulated Pi. Middle and right: the
 sparsity sweep, bytes and accuracy of each stage against the fraction of
-weights pruned. The survey gives no numbers (its one value: the pipeline has
-3 stages), so the item is not judged; it shows what each stage buys here.
+weights pruned. The survey gives no numbers: its one value, that Deep
+Compression is a 3-stage pipeline, is checked on the pipeline as built
+(``STRUCTURE``), so the item is at best "consistent"; bytes, accuracy and
+latency show what each stage buys here, and are not judged.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from edgelab.experiments import qiao_compression as exp
 from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
+from edgelab.verdict import Basis, Noise, Verdict, decide, holds
 
 ID = "qiao/method-compression"
 CLOCK = (
@@ -67,6 +70,55 @@ def draw(stages: pd.DataFrame, sweep: pd.DataFrame, plan: exp.Plan) -> Any:
     )
     fig.tight_layout()
     return fig
+
+
+def compression_verdict(plan: exp.Plan, n_stages: int) -> Verdict:
+    """The survey's "3-stage pipeline" against the stages run after the float model (structural)."""
+    p = plan.params
+    ran = [s for s in p.stages if s != "float32"]
+    names = ", ".join(exp.STAGE_LABELS[s] for s in ran) or "none"
+    rule = f"the pipeline has the survey's {n_stages} stages: pruning, quantization, Huffman (entropy) coding"
+    if len(ran) < n_stages:
+        check = holds(
+            f"{n_stages} stages",
+            None,
+            f"{len(ran)} stage(s) run: {names}",
+            rule,
+            basis=Basis.STRUCTURE,
+            note="the run stopped before the last stage (`stages` is a first part of the pipeline)",
+            undecided="too small",
+        )
+    else:
+        check = holds(f"{n_stages} stages", len(ran) == n_stages, f"{len(ran)} stages run: {names}", rule,
+                      basis=Basis.STRUCTURE)  # fmt: skip
+    choices = [
+        f"the model: edgelab's LeNet-5 on MNIST, {p.epochs} epoch(s) of SGD at {p.learning_rate}",
+        f"pruning: by magnitude, every Conv2D and Dense kernel, fine-tuned {p.fine_tune_epochs} epoch(s) with the "
+        "mask held",
+        "quantization: full-int8 post-training by the TensorFlow Lite converter (not Han et al.'s k-means "
+        "weight sharing and retraining)",
+        "entropy coding: DEFLATE (zlib level 9: LZ77, then Huffman) of the int8 flatbuffer",
+        f"latency: one image per invoke on an emulated {p.device}, one thread",
+    ]
+    noise = Noise.none("the one check is on the pipeline as built; bytes, accuracy and latency are not judged")
+    return decide([check], fitted=[], predicted=[], noise=noise, choices=choices)
+
+
+def reduction(plan: exp.Plan) -> str:
+    """How the run is smaller than the full profile's (the survey gives no size)."""
+    p, d, full = plan.params, plan.dataset, exp.FULL_PROFILE
+    parts = []
+    if p.train_samples is not None:
+        parts.append(f"{d.n_train:,} training and {d.n_test:,} test digits of all MNIST")
+    if p.epochs < full["epochs"] or p.fine_tune_epochs < full["fine_tune_epochs"]:
+        parts.append(f"{p.epochs} epoch(s) and {p.fine_tune_epochs} of fine-tuning of {full['epochs']} and "
+                     f"{full['fine_tune_epochs']}")  # fmt: skip
+    if len(p.sparsities) < len(full["sparsities"]):
+        parts.append(f"sparsities {list(p.sparsities)} of {full['sparsities']}")
+    if p.latency_images < full["latency_images"] or p.latency_repeats < full["latency_repeats"]:
+        parts.append(f"{p.latency_repeats} timings of {p.latency_images} images of {full['latency_repeats']} of "
+                     f"{full['latency_images']}")  # fmt: skip
+    return "; ".join(parts)
 
 
 def render(
@@ -124,23 +176,29 @@ def render(
         f"{calibration['speed_factor']:.1f}. The float factor also scales the int8 kernels: int8 speed-ups on a "
         "Cortex-A53's NEON and on this host's AVX2 need not match.",
     ]
-    files = [png, *save_table(sweep, "\n".join(md) + "\n", ID, root=root)]
     first, last = stages.iloc[0], stages.iloc[-1]
     byte_chain = " -> ".join(f"{b:,}" for b in stages["bytes"])
     accuracy_chain = " -> ".join(f"{a:.3f}" for a in stages["accuracy"])
+    result = compression_verdict(plan, n_stages)
+    md += [
+        "",
+        f"Measured on LeNet-5 at sparsity {p.headline_sparsity:g} (the survey gives no sizes or accuracies: not "
+        f"judged): bytes {byte_chain} ({last['smaller']:.1f}x smaller), accuracy {accuracy_chain}, {p.device} "
+        f"latency {first['device_ms_per_image']:.2f} -> {last['device_ms_per_image']:.2f} ms/image.",
+        "",
+        result.markdown(),
+    ]
+    files = [png, *save_table(sweep, "\n".join(md) + "\n", ID, root=root)]
     return [
-        ReportItem(
+        ReportItem.from_verdict(
             ID,
-            [str(f) for f in files],
+            files,
+            result,
             data_source=data_source(data),
             clock=CLOCK,
             paper_values_shown=True,
-            status="not judged",
-            why=f"the survey gives no sizes or accuracies (only that the pipeline has {n_stages} stages); measured on "
-            f"LeNet-5 at sparsity {p.headline_sparsity:g}: bytes {byte_chain} ({last['smaller']:.1f}x smaller), "
-            f"accuracy {accuracy_chain}, {p.device} latency {first['device_ms_per_image']:.2f} -> "
-            f"{last['device_ms_per_image']:.2f} ms/image",
             notebook=notebook,
             parameters=parameters,
+            reduction=reduction(plan),
         )
     ]

@@ -3,8 +3,10 @@
 Left: how long the exhaustive search and the greedy rule take as the chain
 grows (log scale; the exhaustive search tries hosts^n placements). Right: the
 latency of each rule's placement, with the real runs' clock latency as
-markers. The survey gives no values, so the item is not judged; it shows the
-cost of searching and of not searching, and proves no hardness.
+markers. The survey gives no values, so nothing is predicted; the one check
+is the implementation's: each placement, run for real, shows the latency the
+search predicted for it (``CORRECTNESS``). It shows the cost of searching and
+of not searching, and proves no hardness.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from edgelab.experiments import qiao_placement as exp
 from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.placement import hosts_of
 from edgelab.report import ReportItem
+from edgelab.verdict import ROUNDING_TOLERANCE, Basis, Check, Noise, Verdict, decide, holds, within
 
 ID = "qiao/method-placement"
 CLOCK = (
@@ -57,6 +60,54 @@ def draw(search: pd.DataFrame, runs: pd.DataFrame, plan: exp.Plan) -> Any:
     )
     fig.tight_layout()
     return fig
+
+
+def agreement(runs: pd.DataFrame) -> Check:
+    """Each real run's clock latency (from the bytes its stages received) equals the search's for that placement."""
+    gap = ((runs["clock_s"] - runs["predicted_s"]).abs() / runs["predicted_s"].abs()).max()
+    return holds(
+        "runs match the search",
+        within(gap, ROUNDING_TOLERANCE),
+        f"{len(runs)} run(s): largest relative gap {gap:.2g} between the clock and the search's latency",
+        f"the clock of each run, from the bytes its stages received, equals the search's latency to "
+        f"{ROUNDING_TOLERANCE:g} (relative)",
+        basis=Basis.CORRECTNESS,
+    )
+
+
+def placement_verdict(plan: exp.Plan, search: pd.DataFrame, runs: pd.DataFrame) -> Verdict:
+    """No value to predict; the real runs against the search's latency (correctness), and the findings in words."""
+    worst = search.loc[search["greedy / best"].idxmax()]
+    growth = search["search_s"].iloc[-1] / search["search_s"].iloc[-2] if len(search) > 1 else float("nan")
+    why = (
+        f"the survey gives no values; greedy up to {worst['greedy / best']:.2f}x the best latency, exhaustive "
+        f"search {growth:.1f}x longer per stage"
+    )
+    p = plan.params
+    choices = [
+        f"the chain: {p.network_name} cut into stages balanced by multiply-accumulates, {p.images} images per task",
+        f"the hosts: 1 end, {p.edge_devices} edge, {p.cloud_devices} cloud device(s); round trips "
+        f"{p.edge_latency_s} s (edge) and {p.cloud_latency_s} s (cloud)",
+        "a stage's time: its share of the network's MACs times zhang2018/table1's time per image on its tier",
+    ]
+    checks = [agreement(runs)] if len(runs) else []
+    noise = Noise.none("the search and the clock are computed from counted bytes and Table 1's times, not timed")
+    return decide(checks, fitted=[], predicted=[], noise=noise, choices=choices, reason=why, reason_class="qualitative")
+
+
+def reduction(plan: exp.Plan) -> str:
+    """How the run is smaller than the full profile's (the survey gives no size)."""
+    p, full = plan.params, exp.FULL_PROFILE
+    parts = []
+    if max(p.stages) < max(full["stages"]):
+        parts.append(f"chains of 1..{max(p.stages)} stages of the full profile's 1..{max(full['stages'])}")
+    if set(p.run_stages) < set(full["run_stages"]):
+        parts.append(f"run on the hierarchy at {list(p.run_stages)} stages of {full['run_stages']}")
+    if p.edge_devices < full["edge_devices"]:
+        parts.append(f"{p.edge_devices} edge devices of {full['edge_devices']}")
+    if p.repeats < full["repeats"]:
+        parts.append(f"{p.repeats} run(s) of each placement of {full['repeats']}")
+    return "; ".join(parts)
 
 
 def render(
@@ -105,20 +156,19 @@ def render(
         "",
         markdown_table(jobs.round(3)),
     ]
+    result = placement_verdict(plan, search, runs)
+    md += ["", result.markdown()]
     files = [png, *save_table(shown, "\n".join(md) + "\n", ID, root=root)]
-    agree = bool(len(runs) == 0 or ((runs["clock_s"] - runs["predicted_s"]).abs() < 1e-6).all())
     return [
-        ReportItem(
+        ReportItem.from_verdict(
             ID,
-            [str(f) for f in files],
+            files,
+            result,
             data_source=source,
             clock=CLOCK,
             paper_values_shown=True,
-            status="not judged",
-            why=f"the survey gives no values; greedy up to {worst['greedy / best']:.2f}x the best latency, exhaustive "
-            f"search {growth:.1f}x longer per stage; real runs {'match' if agree else 'differ from'} the search's "
-            "latency on the clock",
             notebook=notebook,
             parameters=parameters,
+            reduction=reduction(plan),
         )
     ]

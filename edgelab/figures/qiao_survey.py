@@ -21,9 +21,11 @@ import pandas as pd
 from edgelab.figures.style import markdown_table, save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem
+from edgelab.verdict import Noise, Verdict, decide
 
 IDS = ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"]
 CLOCK = "none (the source's text; nothing measured)"
+TEXT = Noise.none("the source's text: nothing measured")
 HIERARCHY_PENDING = "not yet: no run reports this proxy side by side (the hierarchy runs are in zhang2018_schemes)"
 # Table 2-1's proxies, row by row (the catalog's reading of what a run can measure).
 PROXIES = [
@@ -94,6 +96,11 @@ def draw_data_path() -> Any:
     return fig
 
 
+def _qualitative(why: str) -> Verdict:
+    """The verdict of an item with nothing checkable: not judged (qualitative), and why."""
+    return decide([], fitted=[], predicted=[], noise=TEXT, reason=why, reason_class="qualitative")
+
+
 def render(
     root: Path, *, notebook: str, parameters: dict[str, Any], chapter_text: str | None = None
 ) -> list[ReportItem]:
@@ -123,8 +130,7 @@ def render(
             "qiao/table-abbrev",
             [str(f) for f in files],
             paper_values_shown=True,
-            status="not judged",
-            why="reference text: nothing to measure",
+            verdict=_qualitative("reference text: nothing to measure"),
             **common,
         )
     )
@@ -146,8 +152,7 @@ def render(
             "qiao/table2-1",
             [str(f) for f in files],
             paper_values_shown=True,
-            status="not judged",
-            why="qualitative rows; no run reports their measured proxies side by side yet",
+            verdict=_qualitative("qualitative rows; no run reports their measured proxies side by side yet"),
             **common,
         )
     )
@@ -158,8 +163,9 @@ def render(
             "qiao/fig2-1",
             [str(png)],
             paper_values_shown=False,
-            status="not judged",
-            why="drawn from the text; no run reports the bytes and latency of each mode side by side yet",
+            verdict=_qualitative(
+                "drawn from the text; no run reports the bytes and latency of each mode side by side yet"
+            ),
             **common,
         )
     )

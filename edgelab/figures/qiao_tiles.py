@@ -6,7 +6,12 @@ grid, and the output bytes of every layer over the network's depth, the fused
 block shaded and the first layer smaller than the image marked. Bottom: per
 grid size, peak activation memory per worker against untiled, total MACs over
 untiled MACs (the halo's recomputation), and the latency on the emulated
-clock with the bytes gathered. The survey gives no values: not judged.
+clock with the bytes gathered. The survey gives no values, so nothing is
+predicted: the stitched output must equal the untiled one (``CORRECTNESS``),
+and the survey's two points about shapes are checked on the network as built
+(``STRUCTURE``): early layers output more bytes than later ones (C18), and a
+tile needs less activation memory than the whole map. Times are shown, not
+judged.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from typing import Any
 
 import pandas as pd
 
+from edgelab import verdict
 from edgelab.experiments import qiao_tiles as exp
 from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.report import ReportItem
 from edgelab.results import StoredRun
+from edgelab.verdict import FLOAT32_TOLERANCE, Basis, Noise
 
 ID = "qiao/fig3-6"
 CLOCK = (
@@ -27,6 +34,8 @@ CLOCK = (
     "another over its link, each tile's CPU time measured in its worker times the calibrated speed factor, each "
     "output back over its device's link (bytes as Dask serializes them, plus the link latency)"
 )
+#: A feature map's shape: height, width, channels (a classifier's output has fewer axes).
+MAP_RANK = 3
 
 
 def draw(plan: exp.Plan, runs: list[StoredRun], summary: pd.DataFrame, depth: pd.DataFrame) -> Any:
@@ -94,6 +103,62 @@ def draw(plan: exp.Plan, runs: list[StoredRun], summary: pd.DataFrame, depth: pd
     return fig
 
 
+def tiles_verdict(plan: exp.Plan, summary: pd.DataFrame, depth: pd.DataFrame) -> verdict.Verdict:
+    """Stitched = untiled (correctness); bytes fall with depth and memory per worker with g (structure)."""
+    p = plan.params
+    worst = float(summary["relative_diff"].max())
+    exact = verdict.holds(
+        "stitched equals untiled",
+        verdict.within(worst, FLOAT32_TOLERANCE),
+        f"largest |stitched - untiled| {worst:.2g} of the output's largest value, over {len(summary)} grid(s)",
+        f"the tiles' stitched output equals the untiled output to {FLOAT32_TOLERANCE:g} (float32, relative)",
+        basis=Basis.CORRECTNESS,
+    )
+    peak = depth.loc[depth["output_bytes"].idxmax()]
+    maps = depth[depth["output_shape"].map(lambda s: len(s) == MAP_RANK and s[0] > 1)]
+    last = maps.iloc[-1]
+    shapes = Noise.none("bytes and memory are counted from the layers' shapes")
+    compressor = verdict.effect(
+        pd.Series([float(peak["output_bytes"]), float(last["output_bytes"])], index=[peak["depth"], last["depth"]]),
+        -1,
+        shapes,
+        claim=f"output bytes, the largest layer ({peak['layer']}) to the last feature map ({last['layer']}): early "
+        "layers output more than later ones (qiao/C18)",
+        basis=Basis.STRUCTURE,
+        axis="layer",
+        name="a CNN as a compressor",
+    )
+    per_worker = summary.assign(g=summary["devices"] ** 0.5).set_index("g")["peak_per_worker_bytes"].sort_index()
+    memory = verdict.trend(
+        per_worker.astype(float),
+        -1,
+        shapes,
+        claim="peak activation memory per worker against tiles per side (qiao/C19: a tile holds less than the map)",
+        basis=Basis.STRUCTURE,
+        axis="g",
+        name="memory per worker",
+    )
+    choices = [
+        f"the network: {p.network_name} (alpha {p.alpha}, random seeded weights), fused through {p.last_layer}",
+        f"the input: one {p.image_size}x{p.image_size} PlantVillage tomato leaf (validation image {p.image_index})",
+        f"the devices: {p.device_profile}, one per tile; the client gathers and stitches",
+    ]
+    return verdict.decide([exact, compressor, memory], fitted=[], predicted=[], noise=shapes, choices=choices)
+
+
+def reduction(plan: exp.Plan) -> str:
+    """How the run is smaller than the full profile's (the survey gives no size)."""
+    p, full = plan.params, exp.FULL_PROFILE
+    parts = []
+    if p.image_size < full["image_size"]:
+        parts.append(f"a {p.image_size} px image of the full profile's {full['image_size']} px")
+    if max(p.grids) < max(full["grids"]):
+        parts.append(f"grids g = {list(p.grids)} of {full['grids']}")
+    if p.repeats < full["repeats"]:
+        parts.append(f"{p.repeats} timed runs per tile of {full['repeats']}")
+    return "; ".join(parts)
+
+
 def render(
     root: Path,
     plan: exp.Plan,
@@ -110,7 +175,7 @@ def render(
     cut = exp.compressor_cut(depth)
     peak = depth.loc[depth["output_bytes"].idxmax()]
     # The last layer with a spatial output (a 1x1 map is a classifier's, not a feature map).
-    last_map = depth[depth["output_shape"].map(lambda s: len(s) == 3 and s[0] > 1)].iloc[-1]
+    last_map = depth[depth["output_shape"].map(lambda s: len(s) == MAP_RANK and s[0] > 1)].iloc[-1]
     g = max(plan.grids)
     largest = next(r for r in runs if r.params["grid"] == g).tables["tiles"]
     calibration = runs[0].summary["calibration"]
@@ -154,21 +219,27 @@ def render(
         f"(`{last_map['layer']}`) is {int(last_map['output_bytes']):,} B and the network's output "
         f"{int(depth['output_bytes'].iloc[-1]):,} B.",
     ]
+    result = tiles_verdict(plan, summary, depth)
+    md += [
+        "",
+        f"At {worst['grid']} the peak activation memory per worker is {worst['memory_ratio']:.2f}x the untiled for "
+        f"{worst['mac_redundancy']:.2f}x the MACs; the largest layer output ({peak['layer']}) is "
+        f"{peak['output_bytes'] / last_map['output_bytes']:.0f}x the last feature map's ({last_map['layer']}). The "
+        "survey gives no values: nothing is predicted.",
+        "",
+        result.markdown(),
+    ]
     files = [png, *save_table(summary, "\n".join(md) + "\n", ID, root=root)]
     return [
-        ReportItem(
+        ReportItem.from_verdict(
             ID,
-            [str(f) for f in files],
+            files,
+            result,
             data_source=data_source(plan.dataset.provenance()),
             clock=CLOCK,
             paper_values_shown=True,
-            status="not judged",
-            why=f"the survey gives no values; stitched tiles equal the untiled output to "
-            f"{summary['relative_diff'].max():.1g} of its largest value; at {worst['grid']} the peak activation "
-            f"memory per worker is {worst['memory_ratio']:.2f}x the untiled for {worst['mac_redundancy']:.2f}x the "
-            f"MACs; the largest layer output ({peak['layer']}) is "
-            f"{peak['output_bytes'] / last_map['output_bytes']:.0f}x the last feature map's ({last_map['layer']})",
             notebook=notebook,
             parameters=parameters,
+            reduction=reduction(plan),
         )
     ]

@@ -1,8 +1,11 @@
-"""Reading a summary's runs for figures and tables: one value per cell, its repeats, its spread.
+"""Reading a summary's runs for figures and tables: one value per cell, its repeats, its spread, its evidence.
 
 Rows of a summary (``edgelab.projection.run_summary``) repeat a device count
 once per repeated run; items show the median of each cell and the range of its
-repeats (a column of ranges in tables, error bars in figures).
+repeats (a column of ranges in tables, error bars in figures). What a value
+rests on (``clock_basis``), the modelling choices behind it (``choices``) and
+how the run is smaller than the paper's (``reduction``) are said the same way
+by every park2020 item.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from edgelab.reference import load_reference
-from edgelab.verdict import Noise
+from edgelab.timeline import Topology
+from edgelab.verdict import Basis, Noise, noise_of
 
 CLOCK_LABEL = {
     "device_model": (
@@ -25,6 +29,70 @@ CLOCK_LABEL = {
 }
 
 
+#: Why a value on the device model's clock has no noise: nothing of it is timed.
+DEVICE_MODEL_EXACT = "the device-model clock is computed from counted steps, FLOPs and bytes, not timed"
+#: What a time, or a share or rate of it, rests on, by clock.
+CLOCK_BASIS = {
+    "device_model": Basis.MODELLED,  # counted steps, FLOPs and bytes through one fitted model: deterministic
+    "calibrated": Basis.EMULATED_TIME,  # measured CPU seconds x a factor
+    "nominal": Basis.EMULATED_TIME,
+    "wall": Basis.HOST_MEASURE,  # the attached cluster's own rounds
+}
+#: What each LeNet device iterates per epoch; the paper does not say (a modelling choice).
+WORKER_DATA_CHOICE = {
+    "full": "worker_data=full: each device iterates the whole training set every epoch (the paper does not say)",
+    "shard": "worker_data=shard: each device iterates its 1/N shard every epoch (the paper does not say)",
+}
+
+
+def clock_basis(clock: str) -> Basis:
+    """What a value on ``clock`` rests on: the device model's deterministic clock, measured CPU time, or wall time."""
+    return CLOCK_BASIS[clock]
+
+
+def clock_noise(values: pd.Series, clock: str, *, axis: str = "N") -> Noise:
+    """The noise of values on ``clock``: the spread of their repeats, or none on the device model's clock."""
+    return noise_of(values, axis=axis) if clock_basis(clock).measured else Noise.none(DEVICE_MODEL_EXACT)
+
+
+def topology_choices(topology: Topology) -> list[str]:
+    """The link modelling choices the paper leaves open (P23), as the run set them."""
+    where = "on the first training device" if topology.master_is_device else "on a machine of its own"
+    link = "one link all devices share" if topology.ps_link == "shared" else "a link that is never the bottleneck"
+    return [
+        f"master_is_device={topology.master_is_device}: the parameter server sits {where}",
+        f"ps_link={topology.ps_link}: the server is behind {link}",
+        f"duplex={topology.duplex}: its link is {topology.duplex}-duplex",
+    ]
+
+
+def reduction(*parts: str) -> str:
+    """The run's reductions against the paper, ``"; "``-joined (``""`` at the paper's size); see ``fewer``."""
+    return "; ".join(p for p in parts if p)
+
+
+def fewer(mine: int, paper: int, what: str) -> str:
+    """``"1,920 of 60,000 training images"`` when the run used fewer than the paper, else ``""``."""
+    return f"{mine:,} of {paper:,} {what}" if mine < paper else ""
+
+
+def fewer_counts(mine: Any, paper: Any, what: str = "") -> str:
+    """``"N=1..3 of the paper's N=1..10"`` when the run's device counts are not the paper's, else ``""``."""
+    if sorted({int(n) for n in mine}) == sorted({int(n) for n in paper}):
+        return ""
+    return f"{count_range(mine)} of the paper's {count_range(paper)}" + (f" {what}" if what else "")
+
+
+def count_range(counts: Any) -> str:
+    """``N=1..3`` for consecutive device counts, ``N=1, 2, 5, 10`` otherwise."""
+    ns = sorted({int(n) for n in counts})
+    if not ns:
+        return "no N"
+    if ns == list(range(ns[0], ns[-1] + 1)) and len(ns) > 1:
+        return f"N={ns[0]}..{ns[-1]}"
+    return "N=" + ", ".join(str(n) for n in ns)
+
+
 def paper_series(item_id: str, metric: str) -> pd.Series:
     """The paper's values of one metric of a table, indexed by device count."""
     ref = load_reference(item_id)
@@ -35,6 +103,19 @@ def paper_series(item_id: str, metric: str) -> pd.Series:
 def run_values(runs: pd.DataFrame, clock: str, worker_data: str, column: str) -> pd.Series:
     """Every run's value, indexed by device count (repeated cells repeat the index)."""
     rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
+    return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int))
+
+
+def seed_values(runs: pd.DataFrame, clock: str, worker_data: str, column: str) -> pd.Series:
+    """One value per independent run of each device count: its runs with their own seed, NaN left out.
+
+    A repeat with its cell's seed trains the same weights again: its accuracy is
+    the first run's, not a run of its own (rows without a ``seed`` share one).
+    """
+    rows = runs[(runs["clock"] == clock) & (runs["worker_data"] == worker_data)].sort_values(["devices", "repeat"])
+    rows = rows[rows[column].notna()]
+    seeds = rows["seed"] if "seed" in rows else pd.Series(0, index=rows.index)
+    rows = rows.assign(_seed=seeds).drop_duplicates(["devices", "_seed"])
     return pd.Series(rows[column].to_numpy(float), index=rows["devices"].to_numpy(int))
 
 

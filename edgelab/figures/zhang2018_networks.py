@@ -7,7 +7,9 @@ listed with output shapes and parameters, and drawn as its profile: channels
 and spatial size of every convolution's output along the depth. The totals sit
 beside the report's Table 1 (parameters) and the first layers beside its
 Table 3; WRN-28-10 is shown with both heads (the canonical one and the one
-whose total the report prints).
+whose total the report prints). The item's checks are structural (counts and
+shapes of what was built against the report's): it is "consistent" at best,
+and the same at every size (nothing is trained or timed).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 
 import pandas as pd
 
+from edgelab import verdict
 from edgelab.figures.style import markdown_table, save_figure, save_table
 from edgelab.reference import load_reference
 from edgelab.report import ReportItem, item_path
 from edgelab.results import atomic_write_text
 from edgelab.tier_models import build_tier_network, sizes
+from edgelab.verdict import Basis, Check, Noise
 
 ID = "zhang2018/fig2"
 #: The networks drawn, with the report's column name in Table 1 and the tier that runs it.
@@ -33,6 +37,12 @@ NETWORKS = (
     ("wrn-28-10-flatten", "WRN", "cloud"),
 )
 CLOCK = "none (layer shapes and parameter counts of the built models; nothing timed)"
+#: The head the report's WRN-28-10 total implies is a choice: the hierarchy runs the canonical one.
+CHOICES = [
+    "WRN-28-10's head: the canonical pooled one (36.55 M parameters, what the hierarchy runs) or one that flattens "
+    "the last 8x8x640 map (40.59 M, the report's 40.6 M; the catalog's P-WRN); the report names no implementation",
+    "parameters count batch normalisation's moving statistics (Keras' total, as the report's MobileNet does)",
+]
 
 
 def layer_table(model: Any) -> pd.DataFrame:
@@ -103,11 +113,76 @@ def draw(built: dict[str, Any]) -> Any:
     return fig
 
 
+def checks(built: dict[str, Any], table: pd.DataFrame) -> list[Check]:
+    """The built networks against the report: parameters (Table 1), first layers (Table 3), inputs and outputs."""
+    shown = table.set_index("network")
+    found = [
+        verdict.level(
+            shown["paper (M)"].astype(float),
+            shown["parameters (M)"],
+            list(shown.index),
+            Noise.none("counted"),
+            basis=Basis.STRUCTURE,
+            unit=" M",
+            each=True,
+            axis="network",
+            name="parameters",
+        )
+    ]
+    stated = shown[shown["paper"] != "-"]
+    off = [
+        n
+        for n, r in stated.iterrows()
+        if str(r["first layer parameters"]) != str(r["paper"]) or r["first layer output"] != r["paper output"]
+    ]
+    found.append(
+        verdict.holds(
+            "first layers",
+            not off,
+            ", ".join(
+                f"{n}: {r['first layer parameters']} parameters, {r['first layer output']}"
+                for n, r in stated.iterrows()
+            ),
+            "each upper network's first convolution has Table 3's parameters and output",
+            basis=Basis.STRUCTURE,
+            note=f"not at {', '.join(off)}" if off else "",
+        )
+    )
+    prose = load_reference(ID).set_index(["condition", "metric"])["value"]
+    want = {
+        "mobilenet": prose["MobileNet on end devices", "outputs"],
+        "resnet34": prose["ResNet on edge devices", "outputs"],
+        "wrn-28-10": prose["WRN on the cloud", "outputs"],
+    }
+    side = prose["MobileNet on end devices", "input_shape"]
+    got = {n: (int(built[n].output.shape[-1]), "x".join(str(d) for d in built[n].input.shape[1:])) for n in want}
+    wrong = [n for n, (out, shape) in got.items() if out != int(want[n]) or shape != side]
+    found.append(
+        verdict.holds(
+            "inputs and outputs",
+            not wrong,
+            ", ".join(f"{n}: {shape} in, {out} out" for n, (out, shape) in got.items()),
+            f"{side} images in; the report's {want['mobilenet']} coarse labels out of MobileNet, "
+            f"{want['resnet34']} fine labels out of ResNet-34 and WRN-28-10",
+            basis=Basis.STRUCTURE,
+            note=f"not at {', '.join(wrong)}" if wrong else "",
+        )
+    )
+    return found
+
+
 def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[ReportItem]:
     """Build the networks, write the figure, the totals and every layer table; return the manifest entry."""
     built = {name: build_tier_network(name) for name, _, _ in NETWORKS}
     png = save_figure(draw(built), ID, root=root)
     table = totals(built)
+    result = verdict.decide(
+        checks(built, table),
+        fitted=[],
+        predicted=[],
+        noise=Noise.none("the networks are built and counted, not trained or timed"),
+        choices=CHOICES,
+    )
     md = [
         f"# {ID}: the networks of the end, edge and cloud tiers",
         "",
@@ -121,6 +196,12 @@ def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[Rep
         "totals to their digits. The canonical WRN-28-10 has 36.55 M, not 40.6 M; the head that flattens the "
         "last 8x8x640 map into the dense layer (the catalog's P-WRN) gives 40.59 M: the report's total, "
         "though the report names no implementation. Every layer of each network: the CSV files beside this one.",
+        "",
+        "The figure's image is lost from the report; what it shows, the three networks' structures, is checked "
+        "against the report's own numbers for them. These are counts and shapes of what was built "
+        "(structural): they say the networks are the report's, not that anything it measured was reproduced.",
+        "",
+        result.markdown(),
     ]
     files = [png, *save_table(table, "\n".join(md) + "\n", ID, root=root)]
     for name, _, _ in NETWORKS:
@@ -128,16 +209,15 @@ def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[Rep
         atomic_write_text(path, layer_table(built[name]).to_csv(index=False))
         files.append(path)
     return [
-        ReportItem(
+        ReportItem.from_verdict(
             ID,
-            [str(f) for f in files],
+            files,
+            result,
             data_source={"name": "none: layer shapes only", "source": "edgelab.tier_models"},
             clock=CLOCK,
             paper_values_shown=True,
-            status="not judged",
-            why="the figure's image is lost and it has no values; the totals beside it belong to Table 1, "
-            "rendered with zhang2018_tiers (its accuracy rows need the networks trained on CIFAR-100, not run yet)",
             notebook=notebook,
             parameters=parameters,
+            reduction="",  # the networks are the same at every size
         )
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,24 @@ from edgelab import verdict
 from edgelab.experiments import zhang2018_tiers as exp
 from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.report import ReportItem
-from edgelab.verdict import Check
+from edgelab.verdict import Basis, Check, Noise
 
 CLOCK = (
     "report times: zhang2018/table1 itself, the hierarchy's calibration (fitted, not judged); this host's: wall "
     "time of real inference on one worker per tier (TensorFlow at the tier's cores, capped at the host's)"
 )
+CHOICES = [
+    "WRN-28-10's head: the canonical pooled one (36.55 M parameters), not the flattening one whose 40.59 M the "
+    "report's 40.6 M implies (the catalog's P-WRN)",
+    "a fine network's coarse answer is its fine answer's superclass (the report does not say how it got one)",
+    "the report's recipes (optimizer, learning rate, batch size, WRN's schedule) without its augmentations",
+]
+#: Table 2 is the clock's prediction: nothing in it is measured.
+TABLE2_EXACT = "the clock: Table 1's time per image plus the tier's latency and transfer over 50 images"
+TABLE2_CHOICES = [
+    "links of 1 Gbit/s (the report states no bandwidth)",
+    "a tier's latency charged once per task of 50 images, sending and receiving together",
+]
 
 
 def draw(times: pd.DataFrame) -> Any:
@@ -38,24 +51,41 @@ def draw(times: pd.DataFrame) -> Any:
 def accuracy_checks(plan: exp.Plan, accuracy: pd.DataFrame, sizes: pd.DataFrame) -> list[Check]:
     """Table 1's parameters against the report's, and its accuracy rows with claims C6-C8.
 
-    Accuracy is judged only where the report's numbers apply: real CIFAR-100
-    (100 fine, 20 coarse labels), all 50,000 training images, and at least the
-    report's shortest schedule (MobileNet's 100 epochs). Otherwise each check
-    shows what was measured and says why it is not judged.
+    Parameters are counts of what was built (structural). Accuracy is a trained
+    value, judged only where the report's numbers apply: real CIFAR-100 (100
+    fine, 20 coarse labels; otherwise "data missing"), all 50,000 training
+    images and at least the report's shortest schedule (MobileNet's 100 epochs;
+    otherwise "too small"), and, as every measured value, over
+    ``verdict.MIN_REPEATS`` runs (each network trains once here). Every check
+    shows what was measured.
     """
     p = plan.params
+    by_network = sizes.set_index("network")
     found = [
         verdict.level(
-            sizes.set_index("network")["report (M)"],
-            sizes.set_index("network")["parameters (M)"],
+            by_network["report (M)"],
+            by_network["parameters (M)"],
             [n for n in sizes["network"] if n in p.networks],
-            verdict.Noise(),
+            Noise.none("parameters counted"),
+            basis=Basis.STRUCTURE,
             unit=" M",
+            axis="network",
+            name="parameters",
         )
     ]
-    found[0] = Check("parameters", found[0].passed, found[0].measured.replace("N=", ""), found[0].rule)
     if accuracy.empty:
-        return [*found, Check("accuracy", None, "no network trained", "Table 1's accuracy rows")]
+        found.append(
+            verdict.holds(
+                "accuracy",
+                None,
+                "no network trained",
+                "Table 1's accuracy rows",
+                basis=Basis.TRAINED,
+                undecided="too small",
+                note="accuracy_networks is empty",
+            )
+        )
+        return found
     data = plan.training
     assert data is not None
     standin = data.source == "cifar10_standin"
@@ -66,21 +96,28 @@ def accuracy_checks(plan: exp.Plan, accuracy: pd.DataFrame, sizes: pd.DataFrame)
         else f"trained on {p.train_images:,} images x {p.epochs} epoch(s), against the report's "
         f"{exp.REPORT_TRAIN_IMAGES:,} x 100-500"
     )
-    judged = not standin and p.train_images >= exp.REPORT_TRAIN_IMAGES and p.epochs >= exp.REPORT_MIN_EPOCHS
+    sized = p.train_images >= exp.REPORT_TRAIN_IMAGES and p.epochs >= exp.REPORT_MIN_EPOCHS
+    reason = "data missing" if standin else "" if sized else "too small"
+    runs = 1  # each network trains once: one run behind every accuracy
+
+    def trained(name: str, passed: bool, seen: str, rule: str) -> Check:
+        if reason:
+            note = f"{'would hold' if passed else 'would fail'}; not the report's setting: {why_not}"
+            return verdict.holds(name, None, seen, rule, basis=Basis.TRAINED, runs=runs, note=note, undecided=reason)
+        return verdict.holds(name, passed, seen, rule, basis=Basis.TRAINED, runs=runs)
+
     a = accuracy.set_index("network")
     cells = {(n, "coarse"): a.loc[n, "coarse accuracy"] for n in a.index}
     cells |= {(n, "fine"): a.loc[n, "fine accuracy"] for n in a.index if pd.notna(a.loc[n, "fine accuracy"])}
     paper = {(n, "coarse"): a.loc[n, "report coarse"] for n in a.index}
     paper |= {(n, "fine"): a.loc[n, "report fine"] for n in a.index if pd.notna(a.loc[n, "report fine"])}
-    measured_s, paper_s = pd.Series(cells), pd.Series(paper)
-    gaps = (measured_s - paper_s).abs()
+    gaps = (pd.Series(cells) - pd.Series(paper)).abs()
     found.append(
-        Check(
+        trained(
             "accuracy",
-            bool(gaps.max() <= verdict.ACCURACY_TOLERANCE) if judged else None,
+            verdict.within(gaps.max(), verdict.ACCURACY_TOLERANCE),
             ", ".join(f"{n} {lvl} {v:.3f} (report {paper[n, lvl]:.2f})" for (n, lvl), v in cells.items()),
             f"every accuracy within {verdict.ACCURACY_TOLERANCE} of the report's",
-            "" if judged else f"not the report's setting: {why_not}",
         )
     )
 
@@ -89,13 +126,12 @@ def accuracy_checks(plan: exp.Plan, accuracy: pd.DataFrame, sizes: pd.DataFrame)
             return
         mine = a.loc[better, f"{level} accuracy"] / a.loc[worse, f"{level} accuracy"] - 1
         found.append(
-            Check(
+            trained(
                 claim,
-                bool(mine > 0 and abs((1 + mine) / (1 + report) - 1) <= verdict.LEVEL_TOLERANCE) if judged else None,
+                bool(mine > 0 and verdict.within(abs((1 + mine) / (1 + report) - 1), verdict.LEVEL_TOLERANCE)),
                 f"{better} {a.loc[better, f'{level} accuracy']:.3f} vs {worse} {a.loc[worse, f'{level} accuracy']:.3f}"
                 f" on {level} labels: {mine:+.0%}",
                 rule,
-                "" if judged else "not the report's setting",
             )
         )
 
@@ -115,20 +151,18 @@ def accuracy_checks(plan: exp.Plan, accuracy: pd.DataFrame, sizes: pd.DataFrame)
         0.20,
         "WRN better than ResNet on fine labels, by the report's +20% within the level tolerance",
     )
-    order = [n for n in ("mobilenet", "resnet34", "wrn-28-10") if n in a.index]
-    if len(order) == 3:
-        coarse = [a.loc[n, "coarse accuracy"] for n in order]
-        holds = (
-            coarse[0] < coarse[1] < coarse[2]
-            and a.loc["resnet34", "fine accuracy"] < a.loc["wrn-28-10", "fine accuracy"]
+    ranking = ("mobilenet", "resnet34", "wrn-28-10")
+    if all(n in a.index for n in ranking):
+        coarse = [a.loc[n, "coarse accuracy"] for n in ranking]
+        holds = all(x < y for x, y in zip(coarse, coarse[1:], strict=False)) and bool(
+            a.loc["resnet34", "fine accuracy"] < a.loc["wrn-28-10", "fine accuracy"]
         )
         found.append(
-            Check(
+            trained(
                 "C8",
-                bool(holds) if judged else None,
+                holds,
                 f"coarse {' < '.join(f'{v:.3f}' for v in coarse)} in MobileNet, ResNet, WRN order? {holds}",
                 "MobileNet < ResNet < WRN on coarse labels, ResNet < WRN on fine labels",
-                "" if judged else "not the report's setting",
             )
         )
     return found
@@ -188,13 +222,22 @@ def render(
     result = verdict.decide(
         found,
         fitted=["inference-time rows (the hierarchy's calibration)"],
-        predicted=["parameters", *(["accuracy rows"] if not accuracy.empty else [])],
-        noise="not measured: one training run per network",
+        predicted=["accuracy rows"] if not accuracy.empty else [],
+        noise=Noise() if not accuracy.empty else Noise.none("nothing trained; parameters are counted"),
+        choices=CHOICES,
     )
     md1 += ["", result.markdown()]
     files1 = [png, *save_table(shown, "\n".join(md1) + "\n", "zhang2018/table1", root=root)]
     t2 = exp.table2(plan, times)
     lo, hi = t2["clock / report"].min(), t2["clock / report"].max()
+    cells2 = [f"{d}, {lat:g} s" for d, lat in zip(t2["device, network"], t2["latency (s)"], strict=True)]
+    result2 = verdict.decide(
+        table2_checks(t2),
+        fitted=["Table 1's time per image (the clock's calibration)"],
+        predicted=cells2,
+        noise=Noise.none(TABLE2_EXACT),
+        choices=TABLE2_CHOICES,
+    )
     md2 = [
         "# zhang2018/table2: processing time per image in the running system, with each tier's latency",
         "",
@@ -208,21 +251,88 @@ def render(
         "0 s latency it adds another 2.4-3.4 ms per image on top; the clock charges neither. The latency's share "
         "does match: the report's 0.5 s and 1 s columns exceed its 0 s ones by 9.9 and 20.2 ms per image, the "
         "latency over 50 images being 10 and 20 ms (claim C14), as the clock has it by construction.",
+        "",
+        result2.markdown(),
     ]
     files2 = save_table(t2, "\n".join(md2) + "\n", "zhang2018/table2", root=root)
     entry = {"notebook": notebook, "parameters": parameters, "data_source": source, "paper_values_shown": True}
     return [
-        ReportItem.from_verdict("zhang2018/table1", files1, result, clock=CLOCK, **entry),
-        ReportItem(
+        ReportItem.from_verdict(
+            "zhang2018/table1", files1, result, clock=CLOCK, reduction=exp.reduction(plan), **entry
+        ),
+        ReportItem.from_verdict(
             "zhang2018/table2",
-            [str(f) for f in files2],
+            files2,
+            result2,
             clock="the hierarchy's clock: zhang2018/table1's time per image plus the tier's latency and transfer",
-            status="differs",
-            why=f"the clock gives {lo:.0%}-{hi:.0%} of the printed processing times: it does not charge the "
-            "report's framework overhead (its inference alone is 5-42% above Table 1); the latency's share matches",
+            reduction="",  # the clock's prediction for the report's task of 50, whatever the runs' size
             **entry,
         ),
     ]
+
+
+def table2_checks(t2: pd.DataFrame) -> list[Check]:
+    """The clock's processing times against Table 2's, and claims C12-C14 on them."""
+    exact = Noise.none(TABLE2_EXACT)
+    keyed = t2.assign(cell=[f"{d}, {lat:g} s" for d, lat in zip(t2["device, network"], t2["latency (s)"], strict=True)])
+    keyed = keyed.set_index("cell")
+    found = [
+        verdict.level(
+            keyed["report processing (ms/image)"],
+            keyed["clock (ms/image)"],
+            list(keyed.index),
+            exact,
+            basis=Basis.MODELLED,
+            unit=" ms",
+            axis="cell",
+        )
+    ]
+    if not found[0].passed:
+        found[0] = replace(
+            found[0],
+            note="the clock charges Table 1's stand-alone inference; the report's inference in its running system "
+            "is 5-42% slower (HTTP serving, packing, synchronisation: its C12), plus 2.4-3.4 ms per image at 0 s",
+        )
+    by = t2.set_index(["device, network", "latency (s)"])
+    proc, clock = by["report processing (ms/image)"], by["clock (ms/image)"]
+    for tier, network, latency, _ in exp.TABLE2:
+        if latency:
+            base = (f"{tier}, {network}", 0.0)
+            key = (f"{tier}, {network}", latency)
+            found.append(
+                verdict.close(
+                    f"C14 ({tier}, {latency:g} s)",
+                    clock[key] - clock[base],
+                    proc[key] - proc[base],
+                    basis=Basis.MODELLED,
+                    text=f"the latency adds {clock[key] - clock[base]:.2f} ms per image on the clock, "
+                    f"{proc[key] - proc[base]:.1f} in the report",
+                )
+            )
+    route = [("end, mobilenet", 0.0), ("edge, resnet34", 0.5), ("cloud, wrn-28-10", 1.0)]
+    times = [clock[k] for k in route]
+    found.append(
+        verdict.holds(
+            "C13",
+            all(x < y for x, y in zip(times, times[1:], strict=False)),
+            "end {:.1f} < edge {:.1f} < cloud {:.1f} ms per image on the clock".format(*times),
+            "answering at the end (0 s) or an edge (0.5 s) instead of the cloud (1 s) cuts the processing time "
+            "per image, as the report's 10.4 and 18.3 against 31.0",
+            basis=Basis.MODELLED,
+        )
+    )
+    found.append(
+        verdict.holds(
+            "C12",
+            None,
+            "the clock charges Table 1's stand-alone time in the running system",
+            "inference inside the running framework is slower than stand-alone (HTTP, packing, synchronisation)",
+            basis=Basis.MODELLED,
+            undecided="qualitative",
+            note="edgelab models no serving framework, so no run here can show its cost",
+        )
+    )
+    return found
 
 
 def accuracy_text(plan: exp.Plan, accuracy: pd.DataFrame) -> list[str]:
@@ -253,11 +363,13 @@ def accuracy_text(plan: exp.Plan, accuracy: pd.DataFrame) -> list[str]:
     at_chance = [
         f"{r['network']} ({_updates(r['network'], p.train_images, p.epochs)} updates)"
         for r in accuracy.to_dict("records")
-        if r["coarse accuracy"] <= 1.2 * r["coarse chance"]
+        # No better than chance: within the accuracy tolerance of it, as two accuracies the policy calls equal.
+        if verdict.within(r["coarse accuracy"] - r["coarse chance"], verdict.ACCURACY_TOLERANCE)
     ]
     if at_chance:
         lines += [
-            f"At chance on coarse labels (within 20% of it): {', '.join(at_chance)}. Their training loss fell, but "
+            f"At chance on coarse labels (within {verdict.ACCURACY_TOLERANCE} of it): {', '.join(at_chance)}. Their "
+            "training loss fell, but "
             "on the test images they answer no better than a guess: this budget starts them, it does not train them.",
             "",
         ]
