@@ -69,7 +69,7 @@ def test_smoke_varies_each_setting_alone_and_full_takes_the_grid() -> None:
         ({"client_fractions": [0.0, 1.0]}, "client_fraction"),
         ({"devices": 0}, "devices"),
         ({"compressor": "randomk:2"}, "compressor"),
-        ({"partitions": ["dirichlet"]}, "partition"),
+        ({"partitions": ["dirichlet"]}, "partitions"),
         ({"local_sgd_period": 14}, "local_sgd_period"),  # 500 digits over 4 devices: 13 batches of 10
     ],
 )

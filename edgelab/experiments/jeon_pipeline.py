@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab import checks
 from edgelab.cluster import DeviceCluster, device_names
 from edgelab.data import Dataset, load_dataset
 from edgelab.data import augment as augmentation
@@ -105,9 +106,17 @@ class JeonParams:
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "max_in_flight", "latency_images", "repeats", "n_stages", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
+        checks.integer("image_size", self.image_size, at_least=MIN_IMAGE_SIZE)
+        checks.integer("augment_per_class", self.augment_per_class, at_least=1)
+        checks.choice("weights", self.weights, ("imagenet", None))
+        checks.integer("phase1_epochs", self.phase1_epochs, at_least=0)
+        checks.integer("phase2_epochs", self.phase2_epochs, at_least=0)
+        checks.integer("fault_at", self.fault_at, at_least=0)
+        for name in ("phase1_learning_rate", "phase2_learning_rate"):
+            checks.number(name, getattr(self, name), above=0)
+        checks.number("validation_fraction", self.validation_fraction, above=0, at_most=0.5)
+        checks.number("dropout", self.dropout, at_least=0, at_most=0.9)
         if isinstance(self.split, str) and self.split not in SPLITS:
             raise ConfigError("split", self.split, f"one of {', '.join(SPLITS)}, or a list of cut layers")
         if self.split == "jeon" and self.n_stages != 5:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import timeline
+from edgelab import checks, timeline
 from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
 from edgelab.device_model import DeviceModel, for_profile
@@ -46,7 +46,7 @@ from edgelab.models import check_model
 from edgelab.results import StoredRun
 from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
-from edgelab.train_config import steps_per_device
+from edgelab.train_config import WORKER_DATA, steps_per_device
 from edgelab.user_model import UserModel, check_data, user_model
 
 EXPERIMENT = "park2020_async"
@@ -121,6 +121,10 @@ class AsyncParams:
                 raise ConfigError(name, value, "an integer >= 1")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.progress_devices):
             raise ConfigError("progress_devices", self.progress_devices, "a list of integers >= 1")
+        # Checked here, under the notebook's own names, before TrainConfig would name them as it does.
+        checks.choice("lenet_worker_data", self.lenet_worker_data, WORKER_DATA)
+        checks.integer("resnet_max_steps", self.resnet_max_steps, at_least=1, none="every batch")
+        checks.number("monitor_interval_s", self.monitor_interval_s, above=0, unit="seconds")
 
 
 def _checked_model(model: Any, seed: int) -> str | UserModel:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import collectives, verdict
+from edgelab import checks, collectives, verdict
 from edgelab.cluster import DeviceCluster
 from edgelab.collectives_worker import CollectiveRun
 from edgelab.compressed_p2p import DEFAULT_COMPRESSORS, check_compressors
@@ -92,6 +92,8 @@ class CommParams:
             object.__setattr__(self, "model", user_model(self.model, seed=self.seed))
         if self.device not in DEVICES:
             raise ConfigError("device", self.device, f"one of {', '.join(DEVICES)}")
+        checks.integer("degree", self.degree, at_least=1)
+        checks.integer("seed", self.seed, at_least=0)
         for n in counts:  # a disconnected gossip graph is refused here, before any cluster work
             collectives.neighbours(self.topology, n, degree=self.degree, seed=self.seed)
         object.__setattr__(self, "compressors", check_compressors(self.compressors))

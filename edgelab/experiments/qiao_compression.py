@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import compression
+from edgelab import checks, compression
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.compression import STAGES, check_sparsity
 from edgelab.data import Dataset, load_dataset
@@ -101,6 +101,8 @@ class CompressionParams:
             raise ConfigError("learning_rate", self.learning_rate, "a number > 0")
         if self.device not in DEVICES:
             raise ConfigError("device", self.device, f"one of {', '.join(DEVICES)}")
+        checks.integer("train_samples", self.train_samples, at_least=1, none="all")
+        checks.integer("test_samples", self.test_samples, at_least=1, none="all")
 
     def spec(self) -> ModelSpec:
         """The LeNet-5 every run builds."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import keras_costs
+from edgelab import checks, keras_costs
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.devices import DeviceProfile, get_profile
 from edgelab.errors import ConfigError
@@ -106,6 +106,7 @@ class ConvCostParams:
         if unknown:
             raise ConfigError("networks", unknown[0], f"names among {', '.join(NETWORKS)}")
         get_profile(self.device_profile)
+        checks.integer("seed", self.seed, at_least=0)
         self.pair_shapes()  # checks K, M, N, W
         self.group_shapes()  # checks that each G divides the channels
         ConvShape(1, self.shuffle_channels, self.shuffle_channels, 1, self.shuffle_groups)

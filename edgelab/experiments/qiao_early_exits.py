@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab import checks
 from edgelab import early_exit as ee
 from edgelab import early_exit_routing as routing
 from edgelab.cluster import DeviceCluster, connect
@@ -90,10 +91,7 @@ class EarlyExitParams:
 
     def __post_init__(self) -> None:
         ee.check_devices(self.devices)
-        if not self.aggregations:
-            raise ConfigError("aggregations", self.aggregations, f"one or more of {', '.join(ee.AGGREGATIONS)}")
-        for aggregation in self.aggregations:
-            ee.check_aggregation(aggregation)
+        checks.choices("aggregations", self.aggregations, ee.AGGREGATIONS)
         for name in ("thresholds", "routed_thresholds"):
             values = getattr(self, name)
             if not values:
@@ -108,6 +106,11 @@ class EarlyExitParams:
                 raise ConfigError(name, value, f"an integer >= {least}")
         if isinstance(self.noise, bool) or not isinstance(self.noise, int | float) or not self.noise >= 0:
             raise ConfigError("noise", self.noise, "a standard deviation >= 0")
+        # Under the notebook's names, before the hierarchy would name them by tier.
+        for name in ("cloud_mbps", "device_mbps"):
+            checks.number(name, getattr(self, name), above=0, unit="Mbit/s")
+        for name in ("cloud_latency_s", "device_latency_s"):
+            checks.number(name, getattr(self, name), at_least=0, unit="seconds")
         self.hierarchy()  # checks the links
 
     def hierarchy(self) -> HierarchySpec:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab import checks
 from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
 from edgelab.device_model import for_profile as device_model_for
@@ -52,6 +53,7 @@ from edgelab.model_costs import weight_count
 from edgelab.results import StoredRun
 from edgelab.timeline import compose
 from edgelab.train import TrainConfig, check, samples_per_device, steps_per_device, train
+from edgelab.train_config import PARTITIONS
 
 EXPERIMENT = "qiao_fedavg"
 # 2: a device builds its optimizer without tracing Keras' own train step, which it never runs (less
@@ -117,6 +119,10 @@ class FedavgParams:
         for name in ("client_fractions", "local_epochs", "batch_sizes", "partitions"):
             if not getattr(self, name):
                 raise ConfigError(name, getattr(self, name), "a non-empty list")
+        checks.choices("partitions", self.partitions, PARTITIONS)
+        checks.integer("train_samples", self.train_samples, at_least=1, none="all")
+        checks.integer("test_samples", self.test_samples, at_least=1, none="all")
+        checks.number("shared_fraction", self.shared_fraction, at_least=0, at_most=1)
         if 1.0 not in self.client_fractions:
             raise ConfigError("client_fractions", self.client_fractions, "a list holding 1.0 (the base: every device)")
         if not self.monitor_interval_s > 0:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab import checks
 from edgelab.cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
 from edgelab.devices import PROFILES, DeviceProfile, get_profile
@@ -105,6 +106,7 @@ class PipelineTrainingParams:
         if self.device not in PROFILES or self.device == "native":
             allowed = ", ".join(p for p in PROFILES if p != "native")
             raise ConfigError("device", self.device, f"a device profile: {allowed}")
+        checks.integer("seed", self.seed, at_least=0)
         if not 0 < self.learning_rate < 10:
             raise ConfigError("learning_rate", self.learning_rate, "a number in (0, 10)")
 

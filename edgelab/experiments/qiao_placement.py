@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import placement, schemes
+from edgelab import checks, placement, schemes
 from edgelab.cluster import DeviceCluster, connect, device_resource
 from edgelab.data import Dataset, load_dataset
 from edgelab.devices import DeviceProfile, get_profile
@@ -88,6 +88,8 @@ class PlacementParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, value, f"an integer >= {least}")
+        for name in ("edge_latency_s", "cloud_latency_s"):  # under the notebook's names, before the tiers'
+            checks.number(name, getattr(self, name), at_least=0, unit="seconds")
         self.hierarchy()  # checks the latencies
 
     def hierarchy(self) -> HierarchySpec:

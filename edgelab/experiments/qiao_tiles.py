@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab import checks
 from edgelab.cluster import DeviceCluster, device_resource
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.plantvillage import MIN_IMAGE_SIZE
@@ -96,6 +97,7 @@ class TilesParams:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, value, f"an integer >= {least}")
         get_profile(self.device_profile)
+        checks.integer("seed", self.seed, at_least=0)
 
     def _take_users_network(self) -> None:
         """Build a user's network once, under the seed; take the image size from its input."""

@@ -2,9 +2,10 @@
 
 The notebook renders the items with ``edgelab.figures.zhang2018_privacy`` on a
 few CIFAR-100 test images (or their stand-in); it trains nothing and runs no
-cluster. This module says only whether those images can be had here, so that
-``edgelab reproduce`` skips the notebook, saying why, rather than failing it,
-and what the full profile runs. Tables 3 and 4 and eq7, eq8 are the same at
+cluster. This module checks the notebook's parameters and loads those images
+(``prepare``), says whether they can be had here, so that ``edgelab
+reproduce`` skips the notebook, saying why, rather than failing it, and what
+the full profile runs. Tables 3 and 4 and eq7, eq8 are the same at
 every size (the modules' shapes and counts, the clock for a task of 50
 images); only the inversion attack, beyond the report, takes images: the full
 profile gives it a task of the report's job.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgelab import checks
+from edgelab.data import Dataset, load_dataset
 from edgelab.experiments import harness
 
 #: The dataset the notebook reads its test images from.
@@ -28,3 +31,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies CIFAR-100 or its stand-in; None if one does."""
     return harness.missing_dataset(DATASET, data_dir)
 
+
+def prepare(*, images: int, data_dir: str | None = None, seed: int = 0) -> Dataset:
+    """The test images the attack rebuilds, its parameters checked under the notebook's names first."""
+    checks.integer("images", images, at_least=1)
+    checks.integer("seed", seed, at_least=0)
+    return load_dataset(DATASET, data_dir=data_dir, test_limit=images, seed=seed)
