@@ -341,15 +341,15 @@ class Fleet:
                 raise reply["exception"]
         return {d: reply["result"] for d, reply in replies.items()}
 
-    def channel_endpoints(self, devices: list[str]) -> list[tuple[str, int]] | None:
-        """Where each device's round channel listens, for peers to send it pieces; None where calls use Dask's comms."""
+    def channel_endpoints(self, devices: list[str]) -> list[tuple[str, int, bytes]] | None:
+        """Where each device's round channel listens and its key, for peers to send it pieces; None on Dask's comms."""
         addresses = [self.addresses[d] for d in devices]
         if self.channels is None or not self.channels.reachable(addresses):
             return None
         return [self.channels.endpoints[a] for a in addresses]
 
-    def _open_channel(self, address: str) -> tuple[str, int]:
-        """Have the device worker at ``address`` listen for its round channel: its (host, port)."""
+    def _open_channel(self, address: str) -> tuple[str, int, bytes]:
+        """Have the device worker at ``address`` listen for its round channel: its host, port and key."""
 
         async def ask() -> dict[str, Any]:
             return await getattr(self.client.rpc(address), DIRECT_OP)(fn=OPEN_CHANNEL, args=to_serialize(Bundle(())))
@@ -357,8 +357,8 @@ class Fleet:
         reply = self.client.sync(ask)
         if reply["status"] != "OK":
             raise reply["exception"]
-        host, port = reply["result"]
-        return str(host), int(port)
+        host, port, key = reply["result"]
+        return str(host), int(port), bytes(key)
 
     def generation(self, device: str) -> int:
         """How many times ``device`` was lost and brought back during the run (a call made before is void)."""
