@@ -45,6 +45,8 @@ from edgelab.results import atomic_write_text
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
 FULL_PROFILE_DIR = "full-profile"
+#: The exit status of a run stopped by Ctrl-C or SIGTERM.
+INTERRUPTED = 130
 
 
 def _experiment(notebook: Path) -> Any:
@@ -536,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What finished is kept (results store, finished notebooks); the next run goes on from there.
         print("\nedgelab: interrupted; run the same command again to go on where it stopped", file=sys.stderr)
         write_report(root)
-        return 130
+        return INTERRUPTED
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous_sigterm)
@@ -545,5 +547,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failures else 0
 
 
+def entry(argv: Sequence[str] | None = None) -> None:
+    """The ``edgelab`` command: ``main``, and an interrupted run's end that nothing can hold up.
+
+    An interrupted run has done its own clean-up before it returns (the
+    notebook's kernel and devices killed, the report drawn). What is left are
+    the notebook client's exit handlers, which shut down a kernel that is gone
+    through its sockets and can wait on them for ever; nothing of theirs needs
+    saving, so the process ends without them.
+    """
+    code = main(argv)
+    if code == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
