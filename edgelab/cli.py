@@ -413,6 +413,7 @@ def cluster_command(args: argparse.Namespace) -> int:
                 rate_mbit=args.rate_mbit,
                 subnet=args.subnet,
                 tls=args.tls,
+                user=args.user,
                 delay_ms=args.delay_ms,
                 loss=args.loss,
                 delay_via=args.delay_via,
@@ -421,7 +422,10 @@ def cluster_command(args: argparse.Namespace) -> int:
             links = f"{spec.rate:g} Mbit/s"
             if hosts.impairment:
                 links += f", {spec.delay_ms:g} ms and {spec.loss:.1%} loss each way (by {hosts.impairment})"
-            print(f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}")
+            print(
+                f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}, "
+                f"its processes running as {hosts.account}"
+            )
             if hosts.certificates:
                 from edgelab.tls import Certificates
 
@@ -483,7 +487,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     clu.add_argument("--profile", default="pi3b", help="device profile: names, and the link rate unless --rate-mbit")
     clu.add_argument("--rate-mbit", type=float, default=None, help="link rate of every host in Mbit/s")
     clu.add_argument("--subnet", default="10.213.0.0/24", help="IPv4 network of the hosts (default 10.213.0.0/24)")
-    clu.add_argument("--tls", action="store_true", help="TLS only, with certificates from a CA made for the cluster")
+    clu.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="TLS only, with certificates from a CA made for the cluster (the default); --no-tls for a lab bench "
+        "where every local user may run code on the cluster",
+    )
+    clu.add_argument(
+        "--user",
+        default="",
+        help="the account the scheduler, workers and relays run as (default: whoever ran sudo, else nobody)",
+    )
     clu.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added to each direction of each link")
     clu.add_argument("--loss", type=float, default=0.0, help="fraction of frames lost in each direction (0-1)")
     clu.add_argument(
