@@ -152,7 +152,13 @@ case "$cmd" in
         exec "$VENV/bin/jupyter" lab "${lab_args[@]}" "$@"
         ;;
     cluster)
-        ensure_venv
+        # `sudo ./run.sh cluster up`: root makes namespaces and links, never a virtualenv or an install in one.
+        if [[ "$(id -u)" -eq 0 ]]; then
+            [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$(sha256sum pyproject.toml | cut -d' ' -f1)" ]] \
+                || die "$VENV is missing or out of date; make it as your own user first (./run.sh test), then run this again: the cluster command never installs packages as root"
+        else
+            ensure_venv
+        fi
         export_defaults
         exec "$VENV/bin/python" -m edgelab.cli cluster "$@"
         ;;

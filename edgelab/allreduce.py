@@ -48,6 +48,7 @@ The messages themselves travel by ``edgelab.peer_messages``.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +130,7 @@ class PeerState:
     # Each peer's piece of a (round, phase): its samples, data and bytes on the wire.
     inbox: Inbox = field(default_factory=Inbox)
     # Where each device's round channel listens (None: pieces go on Dask's worker comms).
-    channels: list[tuple[str, int]] | None = None
+    channels: list[tuple[str, int, bytes]] | None = None
 
     def arrays(self) -> list[np.ndarray]:
         """The weights as the model's arrays (views of the flat vector)."""
@@ -153,7 +154,7 @@ def install(
     compressor: Compressor | None = None,
     mode: str = "ring",
     topology: list[list[int]] | None = None,
-    channels: list[tuple[str, int]] | None = None,
+    channels: list[tuple[str, int, bytes]] | None = None,
 ) -> None:
     """Start (or restart) a run's all-reduce on this device from ``weights`` at round ``rnd``."""
     old = rt.peers.get(run_id)
@@ -389,7 +390,7 @@ class Ring:
         self.weights: list[np.ndarray] | None = weights
         self.velocity: np.ndarray | None = None
         self.held = 0
-        self.token = 0
+        self.token = 0  # each installation draws a new one (_install): a piece with another is dropped
         self.installed: dict[str, str] = {}  # device -> its worker's address when installed
         self.clean = False  # whether the devices' state is the last completed round's
 
@@ -421,7 +422,8 @@ class Ring:
 
     def _install(self, rnd: int) -> None:
         states = self._install_states(rnd)
-        self.token += 1
+        # Unguessable, not a counter: a piece with any other token, forged or from an older installation, is dropped.
+        self.token = secrets.randbits(63)
         addresses = [self.fleet.addresses[d] for d in self.devices]
         channels = self.fleet.channel_endpoints(self.devices)
         packed = {id(w): Packed(w) for w, _ in states}  # the same weights packed once for every device

@@ -18,6 +18,21 @@ the engine: it starts, names, watches and restarts the devices, and every
 other exchange uses its comms. A channel that cannot be opened (a firewall
 between the client and a real board) leaves the device on Dask's comms.
 
+Nobody else gets in. A device's channel has a random key of its own, handed
+out only over Dask's comms (TLS wherever the cluster leaves the machine): to
+the client in the reply that opens the channel, and by the client to the
+device's peers. Every connection starts with a challenge and response
+(``handshake``): the device sends a fresh nonce, the caller answers with its
+own nonce and an HMAC-SHA256 of both under the key, and the device answers
+with its own HMAC, so each end proves the key without sending it. The device
+compares in constant time and reads no frame, so unpickles no byte, from a
+caller that has not proved the key; it gives the handshake ``HANDSHAKE_S`` and
+holds at most ``MAX_CONNECTIONS`` connections, each closed after
+``IDLE_TIMEOUT_S`` without a message. A caller that cannot verify the device
+leaves it on Dask's comms. Declared lengths are checked against
+``MAX_DATA_BYTES``, ``MAX_BUFFERS`` and ``MAX_MESSAGE_BYTES`` before anything
+is allocated.
+
 Wire format of a message: ``HEAD`` (its kind, its data's length, the number
 of buffers), each buffer's length (8 bytes each), the data, the buffers. The
 data is a pickle whose arrays are the buffers, or, for a parameter server's
@@ -27,12 +42,17 @@ round, a few numbers (``edgelab.round_wire``: the round's lean form).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import os
 import pickle
+import secrets
 import select
 import selectors
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -49,10 +69,89 @@ PICKLED, ROUND_CALL, ROUND_REPLY = 0, 1, 2
 LENGTH = struct.Struct("!Q")
 #: How long connecting to a device's channel may take before the device is left on Dask's comms.
 CONNECT_TIMEOUT_S = 5.0
+#: A device's channel key, and each end's nonce of a handshake.
+KEY_BYTES, NONCE_BYTES = 32, 16
+#: What the handshake's MACs are computed over besides the nonces: the protocol and which end speaks.
+_CALLER, _DEVICE = b"edgelab-channel/1 caller", b"edgelab-channel/1 device"
+#: How long a caller has to prove the key after connecting.
+HANDSHAKE_S = 5.0
+#: Connections a device holds at once (the client and its peers); one more is closed at once.
+MAX_CONNECTIONS = int(os.environ.get("EDGELAB_CHANNEL_MAX_CONNECTIONS", "64"))
+#: A connection with no message for this long is closed by the device; the client opens a new one before then.
+IDLE_TIMEOUT_S = float(os.environ.get("EDGELAB_CHANNEL_IDLE_S", "3600"))
+#: The largest declared lengths a device accepts: a message's data, its buffers' count and all its bytes.
+MAX_DATA_BYTES = 64 << 20
+MAX_BUFFERS = 1 << 16
+MAX_MESSAGE_BYTES = int(os.environ.get("EDGELAB_CHANNEL_MAX_BYTES", str(4 << 30)))
 
 
 class ChannelClosed(ConnectionError):
     """The other end closed the channel (its process died, or it was closed) in the middle of a message."""
+
+
+class ChannelRefused(ConnectionError):
+    """A handshake failed: the other end did not prove the channel's key (or sent a message too large)."""
+
+
+# -------------------------------------------------------------- handshake ----
+
+
+def _timed_out() -> None:
+    """A wait's end for a socket whose timeout is a limit (a handshake, an idle connection), not a poll."""
+    raise TimeoutError("the channel's other end sent nothing in time")
+
+
+def new_key() -> bytes:
+    """A device channel's random key."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def _mac(key: bytes, who: bytes, device_nonce: bytes, caller_nonce: bytes) -> bytes:
+    return hmac.new(key, who + device_nonce + caller_nonce, hashlib.sha256).digest()
+
+
+def accept_handshake(sock: socket.socket, key: bytes) -> None:
+    """The device's end: challenge the caller and check its proof of ``key`` before any message is read."""
+    device_nonce = secrets.token_bytes(NONCE_BYTES)
+    sock.sendall(device_nonce)
+    answer = bytearray(NONCE_BYTES + hashlib.sha256().digest_size)
+    _recv_into(sock, memoryview(answer), _timed_out)
+    caller_nonce, proof = bytes(answer[:NONCE_BYTES]), bytes(answer[NONCE_BYTES:])
+    if not hmac.compare_digest(proof, _mac(key, _CALLER, device_nonce, caller_nonce)):
+        raise ChannelRefused(f"{_peer(sock)} did not prove the channel's key")
+    sock.sendall(_mac(key, _DEVICE, device_nonce, caller_nonce))
+
+
+def offer_handshake(sock: socket.socket, key: bytes) -> None:
+    """The caller's end: answer the device's challenge with a proof of ``key``, and check the device's proof."""
+    device_nonce = bytearray(NONCE_BYTES)
+    _recv_into(sock, memoryview(device_nonce), _timed_out)
+    caller_nonce = secrets.token_bytes(NONCE_BYTES)
+    sock.sendall(caller_nonce + _mac(key, _CALLER, bytes(device_nonce), caller_nonce))
+    proof = bytearray(hashlib.sha256().digest_size)
+    _recv_into(sock, memoryview(proof), _timed_out)
+    if not hmac.compare_digest(bytes(proof), _mac(key, _DEVICE, bytes(device_nonce), caller_nonce)):
+        raise ChannelRefused(f"{_peer(sock)} did not prove the channel's key")
+
+
+def connect(endpoint: tuple[str, int, bytes], *, ssl_context: Any = None) -> socket.socket:
+    """A connection to the channel at ``endpoint`` (host, port, key), TLS-wrapped if asked, its handshake done.
+
+    Raises ``OSError`` (``ChannelRefused`` among them) when the device cannot be reached or verified.
+    """
+    host, port, key = endpoint
+    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=None)
+        sock.settimeout(HANDSHAKE_S)
+        offer_handshake(sock, key)
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 # ------------------------------------------------------------------- wire ----
@@ -139,8 +238,16 @@ def receive_frame(
     head = bytearray(HEAD.size)
     _recv_into(sock, memoryview(head), check)
     kind, size, count = HEAD.unpack(head)
+    if size > MAX_DATA_BYTES or count > MAX_BUFFERS:
+        raise ChannelRefused(
+            f"{_peer(sock)} declared {size:,} bytes of data and {count:,} buffers; "
+            f"at most {MAX_DATA_BYTES:,} and {MAX_BUFFERS:,} are accepted"
+        )
     lengths = bytearray(LENGTH.size * count)
     _recv_into(sock, memoryview(lengths), check)
+    total = size + sum(length for (length,) in LENGTH.iter_unpack(lengths))
+    if total > MAX_MESSAGE_BYTES:
+        raise ChannelRefused(f"{_peer(sock)} declared a message of {total:,} bytes; at most {MAX_MESSAGE_BYTES:,}")
     data = bytearray(size)
     _recv_into(sock, memoryview(data), check)
     buffers = []
@@ -164,7 +271,7 @@ def _peer(sock: socket.socket) -> str:
 
 
 class ChannelServer:
-    """A device's end: listens on ``host`` and answers each connection's calls on a thread of its own.
+    """A device's end: listens on ``host`` and answers each verified connection's calls on a thread of its own.
 
     Parameters
     ----------
@@ -174,19 +281,34 @@ class ChannelServer:
         ``handle(fn, args)`` runs one call and returns the reply to send, or None for none (it must not raise).
     ssl_context
         The worker's server-side TLS context when the cluster speaks TLS.
+    key
+        The channel's key (default: a new random one); callers prove it before anything they send is read.
     """
 
     def __init__(
-        self, host: str, handle: Callable[[str, tuple[Any, ...]], Any | None], *, ssl_context: Any = None
+        self,
+        host: str,
+        handle: Callable[[str, tuple[Any, ...]], Any | None],
+        *,
+        ssl_context: Any = None,
+        key: bytes | None = None,
     ) -> None:
         self._listener = socket.create_server((host, 0), family=_family(host))
         self.address: tuple[str, int] = (host, self._listener.getsockname()[1])
+        self.key = key if key is not None else new_key()
         self._handle, self._ssl = handle, ssl_context
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
-        #: calls answered so far
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        #: calls answered so far, and connections refused (no proof of the key, too many, a message too large)
         self.calls = 0
+        self.refused = 0
         threading.Thread(target=self._accept, name="edgelab-channel", daemon=True).start()
+
+    @property
+    def endpoint(self) -> tuple[str, int, bytes]:
+        """Where to connect and the key to prove: what the client and the device's peers are given."""
+        return (*self.address, self.key)
 
     def _accept(self) -> None:
         while True:
@@ -194,18 +316,25 @@ class ChannelServer:
                 conn, _ = self._listener.accept()
             except OSError:  # closed
                 return
+            if not self._slots.acquire(blocking=False):
+                self.refused += 1  # one more than it may hold: no thread, nothing read
+                conn.close()
+                continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(conn,), name="edgelab-channel-call", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
+            conn.settimeout(HANDSHAKE_S)
             if self._ssl is not None:
                 conn = self._ssl.wrap_socket(conn, server_side=True)
+            accept_handshake(conn, self.key)
+            conn.settimeout(IDLE_TIMEOUT_S)
             with self._lock:
                 self._connections.add(conn)
             plans: dict[int, Any] = {}  # the round plans this connection sent (edgelab.round_wire)
             while True:
-                kind, data, buffers = receive_frame(conn)
+                kind, data, buffers = receive_frame(conn, _timed_out)
                 if kind == ROUND_CALL:
                     try:
                         fn, args = round_wire.ROUND_FN, round_wire.decode_call(data, buffers, plans)
@@ -220,12 +349,15 @@ class ChannelServer:
                     continue
                 lean = round_wire.encode_reply(reply, args[1].layout) if kind == ROUND_CALL else None
                 send_message(conn, frame(ROUND_REPLY, *lean) if lean is not None else _pickled_reply(fn, reply))
-        except (OSError, EOFError):  # the client closed the channel, or went away
+        except ChannelRefused:  # no proof of the key, or a message larger than allowed: nothing of it ran
+            self.refused += 1
+        except (OSError, EOFError):  # the client closed the channel, went away, or stayed idle too long
             pass
         finally:
             with self._lock:
                 self._connections.discard(conn)
             conn.close()
+            self._slots.release()
 
     def close(self) -> None:
         """Stop listening and close every open channel."""
@@ -263,14 +395,16 @@ class Channels:
         The client's TLS context when the cluster speaks TLS.
     """
 
-    def __init__(self, open_remote: Callable[[str], tuple[str, int]], *, ssl_context: Any = None) -> None:
+    def __init__(self, open_remote: Callable[[str], tuple[str, int, bytes]], *, ssl_context: Any = None) -> None:
         self._open_remote, self._ssl = open_remote, ssl_context
         self._socks: dict[str, socket.socket] = {}
         self._unreachable: set[str] = set()
+        # When each channel last carried a call: one idle for half the device's timeout is opened again first.
+        self._used: dict[str, float] = {}
         # The round plans each open channel has been sent (edgelab.round_wire), their keys numbered in order.
         self._plans: dict[str, list[Any]] = {}
-        #: where each worker address's channel listens, once opened
-        self.endpoints: dict[str, tuple[str, int]] = {}
+        #: where each worker address's channel listens and its key, once opened
+        self.endpoints: dict[str, tuple[str, int, bytes]] = {}
 
     def reachable(self, addresses: list[str]) -> bool:
         """Whether every one of ``addresses`` has a channel open (opening those that have none yet)."""
@@ -278,21 +412,22 @@ class Channels:
 
     def _connect(self, address: str) -> socket.socket | None:
         if address in self._socks:
-            return self._socks[address]
+            if time.monotonic() - self._used[address] < IDLE_TIMEOUT_S / 2:
+                return self._socks[address]
+            self._drop(address)  # the device may close it as idle any time now: a new one, before it does
         if address in self._unreachable:
             return None
-        host, port = self._open_remote(address)  # a worker that is gone raises: the caller's recovery finds it
+        endpoint = self._open_remote(address)  # a worker that is gone raises: the caller's recovery finds it
         try:
-            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._ssl is not None:
-                sock = self._ssl.wrap_socket(sock, server_hostname=None)
+            sock = connect(endpoint, ssl_context=self._ssl)
         except OSError:
-            # Not reachable from here (a firewall in front of a real board): Dask's comms carry its calls.
+            # Not reachable from here (a firewall in front of a real board), or not verified: Dask's comms carry
+            # its calls.
             self._unreachable.add(address)
             return None
         self._socks[address] = sock
-        self.endpoints[address] = (host, port)
+        self._used[address] = time.monotonic()
+        self.endpoints[address] = endpoint
         return sock
 
     def call_all(
@@ -318,11 +453,13 @@ class Channels:
         failed reply; they are opened again on their next use.
         """
         socks = {}
+        now = time.monotonic()
         for key, (address, _, _) in calls.items():
             sock = self._connect(address)  # open again if an earlier error closed it
             if sock is None:
                 raise ConnectionError(f"no channel to {address}: ask reachable() first")
             socks[key] = sock
+            self._used[address] = now
         try:
             leans = {}  # the calls sent in the lean form: what their replies are decoded with
             for key, (address, fn, args) in calls.items():
@@ -378,6 +515,7 @@ class Channels:
 
     def _drop(self, address: str) -> None:
         sock = self._socks.pop(address, None)
+        self._used.pop(address, None)
         self._plans.pop(address, None)  # a channel opened again starts with no plans, at both ends
         if sock is not None:
             sock.close()

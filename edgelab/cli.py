@@ -45,6 +45,8 @@ from edgelab.results import atomic_write_text
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
 FULL_PROFILE_DIR = "full-profile"
+#: The exit status of a run stopped by Ctrl-C or SIGTERM.
+INTERRUPTED = 130
 
 
 def _experiment(notebook: Path) -> Any:
@@ -411,6 +413,7 @@ def cluster_command(args: argparse.Namespace) -> int:
                 rate_mbit=args.rate_mbit,
                 subnet=args.subnet,
                 tls=args.tls,
+                user=args.user,
                 delay_ms=args.delay_ms,
                 loss=args.loss,
                 delay_via=args.delay_via,
@@ -419,7 +422,10 @@ def cluster_command(args: argparse.Namespace) -> int:
             links = f"{spec.rate:g} Mbit/s"
             if hosts.impairment:
                 links += f", {spec.delay_ms:g} ms and {spec.loss:.1%} loss each way (by {hosts.impairment})"
-            print(f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}")
+            print(
+                f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}, "
+                f"its processes running as {hosts.account}"
+            )
             if hosts.certificates:
                 from edgelab.tls import Certificates
 
@@ -481,7 +487,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     clu.add_argument("--profile", default="pi3b", help="device profile: names, and the link rate unless --rate-mbit")
     clu.add_argument("--rate-mbit", type=float, default=None, help="link rate of every host in Mbit/s")
     clu.add_argument("--subnet", default="10.213.0.0/24", help="IPv4 network of the hosts (default 10.213.0.0/24)")
-    clu.add_argument("--tls", action="store_true", help="TLS only, with certificates from a CA made for the cluster")
+    clu.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="TLS only, with certificates from a CA made for the cluster (the default); --no-tls for a lab bench "
+        "where every local user may run code on the cluster",
+    )
+    clu.add_argument(
+        "--user",
+        default="",
+        help="the account the scheduler, workers and relays run as (default: whoever ran sudo, else nobody)",
+    )
     clu.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added to each direction of each link")
     clu.add_argument("--loss", type=float, default=0.0, help="fraction of frames lost in each direction (0-1)")
     clu.add_argument(
@@ -536,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What finished is kept (results store, finished notebooks); the next run goes on from there.
         print("\nedgelab: interrupted; run the same command again to go on where it stopped", file=sys.stderr)
         write_report(root)
-        return 130
+        return INTERRUPTED
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous_sigterm)
@@ -545,5 +562,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failures else 0
 
 
+def entry(argv: Sequence[str] | None = None) -> None:
+    """The ``edgelab`` command: ``main``, and an interrupted run's end that nothing can hold up.
+
+    An interrupted run has done its own clean-up before it returns (the
+    notebook's kernel and devices killed, the report drawn). What is left are
+    the notebook client's exit handlers, which shut down a kernel that is gone
+    through its sockets and can wait on them for ever; nothing of theirs needs
+    saving, so the process ends without them.
+    """
+    code = main(argv)
+    if code == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

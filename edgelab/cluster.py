@@ -265,6 +265,7 @@ def connect(
     dashboard_address: str = "127.0.0.1:8787",
     timeout_s: float = 120.0,
     start_method: str = "forkserver",
+    security: Any = None,
 ) -> DeviceCluster:
     """Start an emulated device cluster, or attach to a running scheduler.
 
@@ -287,6 +288,9 @@ def connect(
     start_method
         How emulated device workers start (``START_METHODS``): ``"forkserver"`` forks each from one
         process that imported TensorFlow once; ``"spawn"`` starts each afresh.
+    security
+        A ``distributed.Security`` for a ``tls://`` scheduler (e.g. ``ShapedHosts.security()``); None takes
+        Dask's configuration (the ``DASK_DISTRIBUTED__COMM__TLS__*`` variables).
     """
     if not isinstance(n_devices, int) or n_devices < 1:
         raise ConfigError("n_devices", n_devices, "an integer >= 1")
@@ -294,7 +298,7 @@ def connect(
         raise ConfigError("start_method", start_method, f"one of {', '.join(START_METHODS)}")
     address = scheduler_address or os.environ.get("EDGELAB_SCHEDULER") or None
     if address:
-        return _attach(address, n_devices, timeout_s)
+        return _attach(address, n_devices, timeout_s, security)
     device_profile = get_profile(profile)
     return _start_local(n_devices, device_profile, worker_memory_limit, dashboard_address, timeout_s, start_method)
 
@@ -421,10 +425,11 @@ def _warn_if_malloc_trimmed(client: Client) -> str | None:
     return trim
 
 
-def _attach(address: str, n_devices: int, timeout_s: float) -> DeviceCluster:
+def _attach(address: str, n_devices: int, timeout_s: float, security: Any = None) -> DeviceCluster:
     failure = None
     try:
-        client = Client(address, timeout=min(timeout_s, 10.0))
+        # The whole timeout: a scheduler just started (shaped hosts, a test) may take long to listen on a busy host.
+        client = Client(address, timeout=timeout_s, security=security)
     except (OSError, TimeoutError, TypeError) as exc:  # TypeError: tls:// with no certificate configured
         if isinstance(exc, TypeError) and not address.startswith("tls://"):
             raise

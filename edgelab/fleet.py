@@ -193,6 +193,10 @@ class Fleet:
         self._phase = ""
         self._t0 = time.perf_counter()
         self._last_kill = 0.0  # when point() last fired a kill (perf_counter)
+        # Threads for the client's blocking calls to devices (client.run, opening a channel), waited for
+        # with loss detection: Dask retries a refused connection for its whole connect timeout (30 s).
+        self._blocking = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelab-fleet")
+        weakref.finalize(self, self._blocking.shutdown, wait=False)
         self.channels: Channels | None = None
         if os.environ.get(CHANNELS_ENV, "1") != "0":
             tls = self.client.security.get_connection_args("client")["ssl_context"]
@@ -341,24 +345,24 @@ class Fleet:
                 raise reply["exception"]
         return {d: reply["result"] for d, reply in replies.items()}
 
-    def channel_endpoints(self, devices: list[str]) -> list[tuple[str, int]] | None:
-        """Where each device's round channel listens, for peers to send it pieces; None where calls use Dask's comms."""
+    def channel_endpoints(self, devices: list[str]) -> list[tuple[str, int, bytes]] | None:
+        """Where each device's round channel listens and its key, for peers to send it pieces; None on Dask's comms."""
         addresses = [self.addresses[d] for d in devices]
         if self.channels is None or not self.channels.reachable(addresses):
             return None
         return [self.channels.endpoints[a] for a in addresses]
 
-    def _open_channel(self, address: str) -> tuple[str, int]:
-        """Have the device worker at ``address`` listen for its round channel: its (host, port)."""
+    def _open_channel(self, address: str) -> tuple[str, int, bytes]:
+        """Have the device worker at ``address`` listen for its round channel: its host, port and key."""
 
         async def ask() -> dict[str, Any]:
             return await getattr(self.client.rpc(address), DIRECT_OP)(fn=OPEN_CHANNEL, args=to_serialize(Bundle(())))
 
-        reply = self.client.sync(ask)
+        reply = self._waited(lambda: self.client.sync(ask))
         if reply["status"] != "OK":
             raise reply["exception"]
-        host, port = reply["result"]
-        return str(host), int(port)
+        host, port, key = reply["result"]
+        return str(host), int(port), bytes(key)
 
     def generation(self, device: str) -> int:
         """How many times ``device`` was lost and brought back during the run (a call made before is void)."""
@@ -427,8 +431,20 @@ class Fleet:
         if lost:
             raise _DeviceLost(lost)
         by_address = {self.addresses[d]: d for d in devices}
-        results = self.client.run(fn, *args, workers=list(by_address))
+        results = self._waited(lambda: self.client.run(fn, *args, workers=list(by_address)))
         return {by_address[a]: r for a, r in results.items()}
+
+    def _waited(self, call: Callable[[], T]) -> T:
+        """``call()``, a blocking call to devices, on a thread of its own while this one watches for losses.
+
+        A device that dies meanwhile is found from the scheduler's view within
+        ``POLL_S`` (``_DeviceLost``), not once Dask has retried connecting to
+        its dead port for its whole connect timeout; the call is left to end on
+        its own.
+        """
+        future = self._blocking.submit(call)
+        self.wait({"": future})
+        return future.result()
 
     # ------------------------------------------------------ faults, recovery ----
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import random
 import selectors
 import signal
@@ -156,6 +157,16 @@ class Wire:
         return max(wait, 0.0)
 
 
+def drop_privileges(user: str) -> None:
+    """Become ``UID:GID`` for good (no supplementary groups): the open sockets stay, root's rights go."""
+    uid, _, gid = user.partition(":")
+    if not (uid.isdigit() and gid.isdigit()) or int(uid) == 0:
+        raise ValueError(f"--user must be UID:GID of an account other than root, got {user!r}")
+    os.setgroups([])
+    os.setresgid(int(gid), int(gid), int(gid))
+    os.setresuid(int(uid), int(uid), int(uid))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: relay between two interfaces until stopped; print the counts."""
     parser = argparse.ArgumentParser(prog="python -m edgelab.link_relay", description=__doc__.splitlines()[0])
@@ -164,9 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added in each direction")
     parser.add_argument("--loss", type=float, default=0.0, help="fraction of frames dropped in each direction")
     parser.add_argument("--seed", type=int, default=0, help="seeds the loss draws")
+    parser.add_argument(
+        "--user", default=None, metavar="UID:GID", help="run as this user once the packet sockets are open"
+    )
     args = parser.parse_args(argv)
     try:
         wire = Wire(args.a, args.b, delay_s=args.delay_ms / 1000, loss=args.loss, seed=args.seed)
+        if args.user is not None:
+            drop_privileges(args.user)
     except (ValueError, OSError) as exc:
         print(f"link_relay: {exc}", file=sys.stderr)
         return 2

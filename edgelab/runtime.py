@@ -36,7 +36,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
 from edgelab import device_scheduling, process_memory, round_wire
-from edgelab.channel import CONNECT_TIMEOUT_S, ChannelServer
+from edgelab.channel import ChannelServer, connect
 from edgelab.models import ModelSpec, build_model, prepare_images
 from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
 from edgelab.user_model import UserModel, UserModelPayload
@@ -146,7 +146,7 @@ class DeviceRuntime(WorkerPlugin):
     _last_s: dict[tuple[Callable[..., Any], Any], float] = field(default_factory=dict)
     # The device's round channel (edgelab.channel), open once the client asked for it.
     channel: ChannelServer | None = None
-    # Connections to peer devices' channels, by (host, port), and those that could not be opened.
+    # Connections to peer devices' channels, by (host, port), and those that could not be opened or verified.
     _peer_socks: dict[tuple[str, int], socket.socket] = field(default_factory=dict)
     _unreachable_peers: set[tuple[str, int]] = field(default_factory=set)
 
@@ -210,17 +210,19 @@ class DeviceRuntime(WorkerPlugin):
             return {"status": "error", "exception": to_serialize(exc)}
         return {"status": "OK", "result": to_serialize(Bundle(result))}
 
-    def open_channel(self) -> tuple[str, int]:
-        """Listen for round channels beside the worker (its host; TLS if it speaks TLS): the (host, port).
+    def open_channel(self) -> tuple[str, int, bytes]:
+        """Listen for round channels beside the worker (its host; TLS if it speaks TLS): the host, port and key.
 
-        The client's calls and the peers' pieces of all-reduce rounds come on it.
+        The client's calls and the peers' pieces of all-reduce rounds come on
+        it. The key goes back on Dask's comms only: whoever proves it is the
+        client or a peer the client handed it to.
         """
         if self.channel is None:
             from distributed.comm import get_address_host
 
             tls = self._worker.security.get_listen_args("worker")["ssl_context"] if self._speaks_tls() else None
             self.channel = ChannelServer(get_address_host(self._worker.address), self._channel_call, ssl_context=tls)
-        return self.channel.address
+        return self.channel.endpoint
 
     def _speaks_tls(self) -> bool:
         from distributed.comm import parse_address
@@ -249,30 +251,30 @@ class DeviceRuntime(WorkerPlugin):
             return {"status": "error", "exception": exc}
         return {"status": "OK", "result": result}
 
-    def peer_socket(self, endpoint: tuple[str, int]) -> socket.socket | None:
-        """A connection to a peer device's round channel at ``endpoint``, opened on first use; None if unreachable.
+    def peer_socket(self, endpoint: tuple[str, int, bytes]) -> socket.socket | None:
+        """A connection to a peer device's round channel at ``endpoint`` (host, port, key), opened on first use.
 
-        Only a device's round thread sends to its peers, one piece at a time.
+        None if the peer cannot be reached or verified (its pieces then go on
+        Dask's comms). Only a device's round thread sends to its peers, one
+        piece at a time.
         """
-        if endpoint in self._peer_socks:
-            return self._peer_socks[endpoint]
-        if endpoint in self._unreachable_peers:
+        where = endpoint[:2]
+        if where in self._peer_socks:
+            return self._peer_socks[where]
+        if where in self._unreachable_peers:
             return None
+        tls = self._worker.security.get_connection_args("worker")["ssl_context"] if self._speaks_tls() else None
         try:
-            sock = socket.create_connection(endpoint, timeout=CONNECT_TIMEOUT_S)
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._speaks_tls():
-                sock = self._worker.security.get_connection_args("worker")["ssl_context"].wrap_socket(sock)
+            sock = connect(endpoint, ssl_context=tls)
         except OSError:
-            self._unreachable_peers.add(endpoint)  # its pieces go on Dask's comms
+            self._unreachable_peers.add(where)  # its pieces go on Dask's comms
             return None
-        self._peer_socks[endpoint] = sock
+        self._peer_socks[where] = sock
         return sock
 
-    def drop_peer_socket(self, endpoint: tuple[str, int]) -> None:
+    def drop_peer_socket(self, endpoint: tuple[str, int, bytes]) -> None:
         """Close a peer connection that failed (the peer is gone); the next send opens a new one."""
-        sock = self._peer_socks.pop(endpoint, None)
+        sock = self._peer_socks.pop(endpoint[:2], None)
         if sock is not None:
             sock.close()
 

@@ -12,11 +12,22 @@ removes the namespaces and the bridge; a failed ``up`` does the same before it
 raises. What ``up`` made is written to a state file, so ``down`` works from
 another process (``edgelab cluster down``).
 
-With ``tls=True`` the scheduler and workers speak TLS only, with certificates
-from a CA made for the cluster (``edgelab.tls``): a worker or client without
-one of its certificates cannot join. ``ShapedHosts.security()`` is what a
-client passes; ``edgelab cluster up --tls`` prints the same as environment
-variables, so notebooks connect unchanged.
+The scheduler and workers speak TLS only by default, with certificates from
+a CA made for the cluster (``edgelab.tls``): a worker or client without one
+of its certificates cannot join. ``ShapedHosts.security()`` is what a client
+passes; ``edgelab cluster up`` prints the same as environment variables, so
+notebooks connect unchanged. ``tls=False`` (``--no-tls``) opts out, for a
+lab bench where every local user may run code on the cluster.
+
+Root only where it is needed. Namespaces, links and queueing disciplines are
+made as root; the scheduler, the workers and the relays then run as the
+invoking user (``user``; by default whoever ran ``sudo``), and the relay opens
+its packet sockets as root and drops to that user before it reads a frame.
+Only when root runs ``up`` directly is root the invoking user (and TLS, on by
+default, still keeps every other local user out). What ``up`` made is recorded in a state file where only root
+can write (``/run/edgelab/shaped-hosts``), and ``down`` trusts a state file
+only when root owns it and nobody else can write it, and signals only the
+processes it started (their command lines are checked first).
 
 Delay and loss (``delay_ms``, ``loss``: each direction of each device's link)
 come from ``tc netem`` where the kernel has it, under the token bucket; where
@@ -32,6 +43,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -45,11 +57,12 @@ from typing import Any
 from edgelab.cluster import device_resource, tier_resource
 from edgelab.devices import get_profile
 from edgelab.errors import ClusterError, ConfigError
-from edgelab.paths import cache_dir
 from edgelab.tls import Certificates, make_certificates
 
 SCHEDULER_PORT = 8786
 STATE_FILE = "shaped-hosts.json"
+#: Where the state lives: a folder only root can write (tmpfs, so gone after a reboot with the namespaces).
+STATE_DIR = Path("/run/edgelab/shaped-hosts")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")  # interface names are at most 15 bytes: prefix + "h" + index
 
 
@@ -64,7 +77,8 @@ class HostsSpec:
     subnet: str = "10.213.0.0/24"
     prefix: str = "el"
     worker_memory: str = "2GiB"
-    tls: bool = False
+    tls: bool = True  # False: plain TCP, for a lab bench where every local user may run code on the cluster
+    user: str = ""  # who the processes run as ("": whoever ran sudo, else whoever runs up)
     # A device silent this long (its link cut) is dropped by the scheduler; Dask's default is 5 minutes.
     worker_ttl_s: float = 15.0
     delay_ms: float = 0.0  # one-way delay added to each direction of each device's link
@@ -88,6 +102,8 @@ class HostsSpec:
             raise ConfigError("delay_via", self.delay_via, "'auto', 'netem' or 'relay'")
         if not isinstance(self.tls, bool):
             raise ConfigError("tls", self.tls, "True or False")
+        if not isinstance(self.user, str):
+            raise ConfigError("user", self.user, "an account name ('' for whoever ran sudo)")
         if not _PREFIX.match(self.prefix):
             raise ConfigError("prefix", self.prefix, "1-6 lowercase letters and digits, starting with a letter")
         try:
@@ -129,6 +145,8 @@ class ShapedHosts:
     logs: str = ""
     certificates: str = ""  # the folder of edgelab.tls's files, when the cluster speaks TLS only
     impairment: str = ""  # how delay and loss are made: "netem", "relay", or "" (none asked for)
+    account: str = ""  # the user the processes run as
+    work: str = ""  # their home and scratch folder, theirs
 
     def security(self) -> Any:
         """What a client of this cluster needs: None for plain TCP, else a TLS ``distributed.Security``."""
@@ -145,8 +163,64 @@ class ShapedHosts:
 
 
 def state_dir() -> Path:
-    """Where the state file and the processes' logs go: ``<cache>/shaped-hosts``."""
-    return cache_dir() / "shaped-hosts"
+    """Where the state file and the processes' logs go: ``STATE_DIR`` (or ``$EDGELAB_SHAPED_HOSTS_STATE``).
+
+    Either way a folder only root writes: ``up`` and ``down`` refuse any other.
+    """
+    return Path(os.environ.get("EDGELAB_SHAPED_HOSTS_STATE") or STATE_DIR)
+
+
+def account(spec: HostsSpec) -> pwd.struct_passwd:
+    """The account the cluster's processes run as: ``spec.user``, else whoever ran sudo, else whoever runs this."""
+    name = spec.user or os.environ.get("SUDO_USER", "") or pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise ConfigError("user", name, "an account of this machine") from None
+
+
+def _check_runnable(user: pwd.struct_passwd) -> None:
+    """Raise unless ``user`` can run this environment's Python with Dask and edgelab (a venv under /root cannot)."""
+    if user.pw_uid == os.geteuid():
+        return
+    probe = [_setpriv(), f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
+    # The same interpreter, not just one that starts: a venv whose base Python lives under root's home starts,
+    # for another account, with the system's libpython and standard library (seen here: 3.11.2 for 3.11.7).
+    probe += [sys.executable, "-c", "import sys, distributed, edgelab; print(sys.version)"]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=300, check=False, cwd="/")
+    why = (done.stderr.strip().splitlines() or ["no output"])[-1] if done.returncode else ""
+    if not why and done.stdout.strip() != sys.version:
+        why = f"it starts Python {done.stdout.strip().split()[0]}, not this environment's {sys.version.split()[0]}"
+    if why:
+        raise ClusterError(
+            f"user {user.pw_name!r} cannot run this environment's Python ({sys.executable}: {why}); "
+            "pass --user with an account that can, or keep the virtualenv where that account can read it"
+        )
+
+
+def _private_folder(path: Path) -> Path:
+    """``path`` made (with its parents) as a folder root owns and only root writes; raises if it is anything else."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    _check_trusted(path)
+    return path
+
+
+def _check_trusted(path: Path) -> None:
+    """Raise unless ``path`` is root's, not a link, and nobody else can write it or swap it: what ``down`` believes.
+
+    Its folders up to ``/`` must be root's too, and writable by others only
+    with the sticky bit (``/tmp``), which keeps them from renaming it.
+    """
+    info = path.lstat()
+    if path.is_symlink() or info.st_uid != 0 or info.st_mode & 0o022:
+        raise ClusterError(
+            f"{path} is not trusted: it must be root's own and writable by root only "
+            f"(owner uid {info.st_uid}, mode {oct(info.st_mode & 0o777)})"
+        )
+    for folder in path.resolve().parents:
+        above = folder.stat()
+        if above.st_uid != 0 or (above.st_mode & 0o022 and not above.st_mode & 0o1000):
+            raise ClusterError(f"{path} is not trusted: {folder} is not root's, or others may rename what it holds")
 
 
 def check_machine() -> None:
@@ -194,20 +268,29 @@ def _impairment(spec: HostsSpec) -> str:
 def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0) -> ShapedHosts:
     """Build the hosts, start the scheduler and a worker per device; return once every worker has joined."""
     check_machine()
-    folder = folder or state_dir()
+    user = account(spec)
+    _check_runnable(user)
+    folder = _private_folder(folder or state_dir())
     state_path = folder / STATE_FILE
     if state_path.exists():
         raise ClusterError(f"a shaped cluster is already up (state in {state_path}); run `edgelab cluster down` first")
     net = ipaddress.ip_network(spec.subnet)
     protocol = "tls" if spec.tls else "tcp"
     hosts = ShapedHosts(
-        spec, f"{protocol}://{spec.address(0)}:{SCHEDULER_PORT}", f"{spec.prefix}br0", logs=str(folder / "logs")
+        spec,
+        f"{protocol}://{spec.address(0)}:{SCHEDULER_PORT}",
+        f"{spec.prefix}br0",
+        logs=str(_private_folder(folder / "logs")),
+        account=user.pw_name,
+        work=str(_users_folder(folder / "work", user)),
     )
-    Path(hosts.logs).mkdir(parents=True, exist_ok=True)
     hosts.impairment = _impairment(spec)
     if spec.tls:
         addresses = [spec.address(i) for i in range(spec.devices + 1)]
-        hosts.certificates = make_certificates(folder / "tls", addresses).folder
+        # The user's: its processes read their keys, and so does its client.
+        hosts.certificates = make_certificates(_users_folder(folder / "tls", user), addresses).folder
+        for path in Path(hosts.certificates).iterdir():
+            os.chown(path, user.pw_uid, user.pw_gid)
     try:
         _ip("link", "add", hosts.bridge, "type", "bridge")
         hosts.links.append(hosts.bridge)  # only what this call made is ever removed
@@ -233,13 +316,26 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
 
 def down(*, folder: Path | None = None) -> ShapedHosts | None:
     """Stop the processes and remove the namespaces, links and bridge of the cluster ``up`` recorded."""
+    check_machine()
     state_path = (folder or state_dir()) / STATE_FILE
     if not state_path.exists():
         return None
+    _check_trusted(state_path.parent)
+    _check_trusted(state_path)
     hosts = ShapedHosts.from_dict(json.loads(state_path.read_text()))
+    _check_names(hosts)
     _teardown(hosts)
     state_path.unlink()
     return hosts
+
+
+def _check_names(hosts: ShapedHosts) -> None:
+    """Raise unless every namespace and link the state names is one ``up`` would have made for its prefix."""
+    prefix = hosts.spec.prefix
+    allowed = re.compile(rf"{re.escape(prefix)}(br0|[hrnb]\d+|-[a-z0-9]+-\d+)")
+    strange = [n for n in [*hosts.namespaces, *hosts.links, hosts.bridge] if not allowed.fullmatch(n)]
+    if strange:
+        raise ClusterError(f"the state names {', '.join(strange)}, which `up` never makes for prefix {prefix!r}")
 
 
 def status(*, folder: Path | None = None) -> ShapedHosts | None:
@@ -325,7 +421,10 @@ def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> No
     if hosts.impairment == "relay":
         relay = [sys.executable, "-m", "edgelab.link_relay", outside, f"{spec.prefix}r{i}"]
         relay += ["--delay-ms", str(spec.delay_ms), "--loss", str(spec.loss), "--seed", str(spec.seed + i)]
-        hosts.pids[f"relay-{spec.device(i)}"] = _spawn(hosts, f"relay-{spec.device(i)}", None, relay)
+        user = pwd.getpwnam(hosts.account)
+        if user.pw_uid != 0:  # its packet sockets need root; it drops to the user before the first frame
+            relay += ["--user", f"{user.pw_uid}:{user.pw_gid}"]
+        hosts.pids[f"relay-{spec.device(i)}"] = _spawn(hosts, f"relay-{spec.device(i)}", None, relay, as_root=True)
 
 
 def _no_arp_replies(dev: str) -> None:
@@ -384,6 +483,8 @@ def _worker_command(spec: HostsSpec, hosts: ShapedHosts, i: int) -> list[str]:
         _dask(),
         "worker",
         hosts.scheduler_address,
+        "--local-directory",
+        str(Path(hosts.work) / name),
         "--name",
         name,
         "--host",
@@ -408,29 +509,66 @@ def _dask() -> str:
     return found
 
 
-def _worker_environment() -> dict[str, str]:
+def _worker_environment(hosts: ShapedHosts) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "1"})
     # The nanny leaves MALLOC_TRIM_THRESHOLD_ unset, as the embedded cluster does (cluster/README.md).
     env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"] = "{'MALLOC_TRIM_THRESHOLD_': None}"
+    # The user's own home and scratch (Keras writes to its home; Dask and TensorFlow to the temporary folder).
+    work = Path(hosts.work)
+    env.update({"HOME": str(work), "KERAS_HOME": str(work / "keras"), "TMPDIR": str(work)})
+    env.pop("SUDO_COMMAND", None)
     return env
 
 
 def _spawn(
-    hosts: ShapedHosts, name: str, namespace: str | None, command: list[str], extra_env: dict[str, str] | None = None
+    hosts: ShapedHosts,
+    name: str,
+    namespace: str | None,
+    command: list[str],
+    extra_env: dict[str, str] | None = None,
+    *,
+    as_root: bool = False,
 ) -> int:
-    """Start ``command`` (inside ``namespace``) in its own process group, its output in ``<logs>/<name>.log``."""
+    """Start ``command`` (inside ``namespace``) as the cluster's user, in its own process group.
+
+    Its output goes to ``<logs>/<name>.log``. ``ip netns exec`` needs root, so
+    the drop to the user is ``setpriv``'s, inside the namespace; ``as_root``
+    (the relay, which drops by itself) skips it.
+    """
+    user = pwd.getpwnam(hosts.account)
+    drop = [_setpriv(), f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
+    if as_root or user.pw_uid == os.geteuid():
+        drop = []
     prefix = ["ip", "netns", "exec", namespace] if namespace else []
     with open(Path(hosts.logs) / f"{name}.log", "ab") as log:
         process = subprocess.Popen(
-            [*prefix, *command],
+            [*prefix, *drop, *command],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**_worker_environment(), **(extra_env or {})},
+            env={**_worker_environment(hosts), **(extra_env or {})},
+            cwd=hosts.work,
             start_new_session=True,
         )
     return process.pid
+
+
+def _setpriv() -> str:
+    """util-linux's ``setpriv``, which runs a command as another user."""
+    found = shutil.which("setpriv")
+    if not found:
+        raise ClusterError("shaped hosts run their processes as a user with setpriv (apt-get install util-linux)")
+    return found
+
+
+def _users_folder(path: Path, user: pwd.struct_passwd) -> Path:
+    """``path`` as a folder ``user`` owns and only it can open (made afresh: never one left by someone else)."""
+    if path.is_symlink() or path.exists():
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    path.mkdir(mode=0o700)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    return path
 
 
 def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
@@ -491,6 +629,8 @@ def _teardown(hosts: ShapedHosts) -> None:
         [pid for name, pid in hosts.pids.items() if name == "scheduler"],
         [pid for name, pid in hosts.pids.items() if name.startswith("relay-")],
     ]
+    # Only processes this cluster started: a pid the state names but that now runs something else is left alone.
+    stages = [[pid for pid in pids if _started_here(pid)] for pids in stages]
     for pids in stages:
         for pid in pids:
             _signal_group(pid, signal.SIGTERM)
@@ -503,8 +643,18 @@ def _teardown(hosts: ShapedHosts) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
     for link in hosts.links:
         subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
-    if hosts.certificates:  # keys of a cluster that is gone
-        shutil.rmtree(hosts.certificates, ignore_errors=True)
+    for made in (hosts.certificates, hosts.work):  # keys and scratch of a cluster that is gone
+        if made and not Path(made).is_symlink():
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def _started_here(pid: int) -> bool:
+    """Whether ``pid`` runs a program ``up`` starts (a Dask scheduler or worker, or the link relay)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(part.endswith(b"/dask") or part == b"edgelab.link_relay" for part in command)
 
 
 def _signal_group(pid: int, sig: int) -> None:

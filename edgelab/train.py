@@ -225,7 +225,7 @@ def train(
             dataset.y_train, cfg.n_devices, cfg.shared_fraction, scheme=cfg.partition, seed=cfg.seed
         )
     steps = steps_per_device(cfg, dataset.n_train)
-    run_id = uuid.uuid4().hex[:12]
+    run_id = uuid.uuid4().hex  # 128 random bits: what a peer's piece must name to be taken
     shards: dict[str, dict[str, Any]] = {}
 
     def prepare(todo: list[str]) -> None:

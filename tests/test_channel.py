@@ -21,7 +21,17 @@ import dask.config as dask_config
 import numpy as np
 import pytest
 
-from edgelab.channel import ChannelClosed, Channels, ChannelServer, encode, receive_message, send_message
+from edgelab import channel
+from edgelab.channel import (
+    ChannelClosed,
+    ChannelRefused,
+    Channels,
+    ChannelServer,
+    encode,
+    receive_frame,
+    receive_message,
+    send_message,
+)
 from edgelab.cluster import DeviceCluster, connect
 from edgelab.data import Dataset
 from edgelab.fleet import CHANNELS_ENV
@@ -134,7 +144,7 @@ def servers() -> Iterator[dict[str, ChannelServer]]:
 
 
 def _channels(servers: dict[str, ChannelServer]) -> Channels:
-    return Channels(lambda address: servers[address].address)
+    return Channels(lambda address: servers[address].endpoint)
 
 
 def test_calls_on_several_channels_come_back_in_order_each_with_its_own_reply(
@@ -295,7 +305,7 @@ def test_a_channel_that_cannot_be_reached_leaves_the_device_on_dasks_comms() -> 
     # The worker says where it listens, but nothing is there (a firewall in front of a real board)
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
-    channels = Channels(lambda address: ("127.0.0.1", port))
+    channels = Channels(lambda address: ("127.0.0.1", port, channel.new_key()))
 
     assert not channels.reachable(["tcp://board:1234"])
     assert not channels.reachable(["tcp://board:1234"])  # remembered, not tried again
@@ -312,6 +322,227 @@ def test_a_server_listens_on_its_host_only() -> None:
         server.close()
 
 
+# ------------------------------------------------------------- attacks ----
+
+
+class _CreatesFile:
+    """A pickle that, loaded, creates a file: what an attacker would send to run code on a device."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def _attack(path: Path) -> bytes:
+    """One whole frame whose pickle, if loaded, creates ``path``."""
+    return b"".join(bytes(v) for v in encode(("double", (_CreatesFile(path),))))
+
+
+def _closed_by_server(sock: socket.socket, timeout_s: float = 10.0) -> bool:
+    """Whether the other end closes ``sock`` (reading and dropping what it sends first) within ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.fixture
+def server() -> Iterator[ChannelServer]:
+    made = ChannelServer("127.0.0.1", _handle)
+    yield made
+    made.close()
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_frame_from_a_caller_that_did_not_prove_the_key_runs_nothing(server: ChannelServer, tmp_path: Path) -> None:
+    # Prepare: a frame whose pickle would create a file, sent without a handshake
+    target = tmp_path / "created-by-the-attacker"
+
+    # Execute
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(_attack(target))
+        assert _closed_by_server(sock)
+
+    # Assert: refused, nothing unpickled, nothing called
+    assert _wait_for(lambda: server.refused == 1)
+    assert not target.exists()
+    assert server.calls == 0
+
+
+def test_a_caller_with_another_key_is_refused_and_runs_nothing(server: ChannelServer, tmp_path: Path) -> None:
+    # Prepare: a caller that knows the address but not the key
+    target = tmp_path / "created-by-the-attacker"
+    host, port = server.address
+
+    # Execute: its handshake fails; even if it sends its frame after, nothing runs
+    with pytest.raises(OSError):
+        channel.connect((host, port, channel.new_key()))
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.recv(channel.NONCE_BYTES)
+        sock.sendall(bytes(channel.NONCE_BYTES) + bytes(32) + _attack(target))
+        assert _closed_by_server(sock)
+
+    # Assert
+    assert _wait_for(lambda: server.refused == 2)
+    assert not target.exists() and server.calls == 0
+
+
+def test_a_caller_that_proves_the_key_is_served(server: ChannelServer) -> None:
+    with channel.connect(server.endpoint) as sock:
+        send_message(sock, encode(("double", ([1, 2],))))
+        assert receive_message(sock) == {"status": "OK", "result": [2, 4]}
+    assert server.refused == 0
+
+
+def test_a_device_that_cannot_prove_the_key_is_not_used(tmp_path: Path) -> None:
+    # Prepare: something listens where the device said, answers the challenge, but does not know the key
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def impostor() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(bytes(channel.NONCE_BYTES))
+            conn.recv(channel.NONCE_BYTES + 32)
+            conn.sendall(bytes(32))  # a proof it cannot compute
+            time.sleep(1)
+
+    threading.Thread(target=impostor, daemon=True).start()
+    endpoint = ("127.0.0.1", listener.getsockname()[1], channel.new_key())
+
+    # Execute / Assert: the caller refuses it, and the client leaves the device on Dask's comms
+    with pytest.raises(ChannelRefused, match="did not prove"):
+        channel.connect(endpoint)
+    listener.close()
+
+
+def test_an_oversized_declared_length_is_refused_before_anything_is_allocated() -> None:
+    import tracemalloc
+
+    # Prepare: heads declaring 2**60 bytes of data, 2**20 buffers, and two buffers of 2**40 bytes each
+    lies = [
+        channel.HEAD.pack(channel.PICKLED, 1 << 60, 0),
+        channel.HEAD.pack(channel.PICKLED, 8, 1 << 20),
+        channel.HEAD.pack(channel.PICKLED, 8, 2) + channel.LENGTH.pack(1 << 40) * 2,
+    ]
+    for lie in lies:
+        a, b = socket.socketpair()
+        with a, b:
+            a.sendall(lie)
+            tracemalloc.start()
+            try:
+                # Execute
+                with pytest.raises(ChannelRefused, match="at most"):
+                    receive_frame(b)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            # Assert: nothing near the declared size was allocated
+            assert peak < 1 << 20
+
+
+def test_an_authenticated_caller_declaring_too_much_is_cut_off(server: ChannelServer) -> None:
+    with channel.connect(server.endpoint) as sock:
+        sock.sendall(channel.HEAD.pack(channel.PICKLED, 1 << 60, 0))
+        assert _closed_by_server(sock)
+    assert _wait_for(lambda: server.refused == 1)
+    assert server.calls == 0
+
+
+def test_a_device_holds_a_bounded_number_of_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: a device that holds two connections at most
+    monkeypatch.setattr(channel, "MAX_CONNECTIONS", 2)
+    server = ChannelServer("127.0.0.1", _handle)
+    try:
+        held = [channel.connect(server.endpoint) for _ in range(2)]
+
+        # Execute: a third is closed at once, before any byte is exchanged
+        with socket.create_connection(server.address, timeout=10) as third:
+            assert _closed_by_server(third)
+        assert _wait_for(lambda: server.refused == 1)
+
+        # Assert: a slot freed is a slot taken again
+        held.pop().close()
+        time.sleep(0.2)
+        with channel.connect(server.endpoint) as again:
+            send_message(again, encode(("double", ([3],))))
+            assert receive_message(again)["result"] == [6]
+        for sock in held:
+            sock.close()
+    finally:
+        server.close()
+
+
+def test_a_caller_that_never_answers_the_challenge_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: a device that gives the handshake a fifth of a second
+    monkeypatch.setattr(channel, "HANDSHAKE_S", 0.2)
+    server = ChannelServer("127.0.0.1", _handle)
+    try:
+        # Execute: connect and say nothing
+        with socket.create_connection(server.address, timeout=10) as sock:
+            start = time.monotonic()
+            assert _closed_by_server(sock)
+            waited = time.monotonic() - start
+
+        # Assert: closed by the device after the handshake's time, well before the read's own 10 s
+        assert waited < 5
+    finally:
+        server.close()
+
+
+def test_an_idle_channel_is_closed_by_the_device_and_the_client_opens_a_new_one_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prepare: a device that closes a connection idle for 0.6 s
+    monkeypatch.setattr(channel, "IDLE_TIMEOUT_S", 0.6)
+    server = ChannelServer("127.0.0.1", _handle)
+    channels = Channels(lambda address: server.endpoint)
+    try:
+        # Execute / Assert: an idle raw connection is closed by the device
+        with channel.connect(server.endpoint) as idle:
+            assert _closed_by_server(idle)
+        # The client's channel, idle for more than half the timeout, is opened again before the next call
+        assert channels.reachable(["tcp://d:1"])
+        calls = {"d": ("tcp://d:1", "double", ([1],))}
+        assert channels.call_all(calls, check=lambda: None, poll_s=0.05)["d"]["result"] == [2]
+        time.sleep(0.4)
+        assert channels.call_all(calls, check=lambda: None, poll_s=0.05)["d"]["result"] == [2]
+    finally:
+        channels.close()
+        server.close()
+
+
+def test_a_forged_piece_for_another_run_or_installation_is_dropped() -> None:
+    from types import SimpleNamespace
+
+    from edgelab.peer_messages import Inbox, receive
+
+    # Prepare: a device in run "r1", installation token 7
+    inbox = Inbox()
+    rt = SimpleNamespace(peers={"r1": SimpleNamespace(token=7, inbox=inbox)})
+
+    # Execute: a piece for another run, one with a wrong token, then the real one
+    other_run = receive(rt, "r2", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
+    wrong_token = receive(rt, "r1", 8, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
+    real = receive(rt, "r1", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
+
+    # Assert: only the real one is taken
+    assert (other_run, wrong_token, real) == ("dropped", "dropped", "OK")
+    assert inbox.take((0, "reduce"), [1], 1.0) == {1: (10, None, 0)}
+
+
 # ------------------------------------------------------------- on a cluster ----
 
 
@@ -319,6 +550,35 @@ def _channel_state(dask_worker: Any) -> tuple[tuple[str, int], int] | None:
     """Where the device's channel listens and how many calls it answered (None: never opened)."""
     channel = dask_worker.plugins[PLUGIN_NAME].channel
     return None if channel is None else (channel.address, channel.calls)
+
+
+def _open_channel(dask_worker: Any) -> tuple[str, int, bytes]:
+    return dask_worker.plugins[PLUGIN_NAME].open_channel()
+
+
+def _refused(dask_worker: Any) -> int:
+    return dask_worker.plugins[PLUGIN_NAME].channel.refused
+
+
+@pytest.mark.integration
+def test_on_the_embedded_cluster_a_frame_without_the_key_runs_nothing_on_any_device(
+    cluster: DeviceCluster, tmp_path: Path
+) -> None:
+    # Prepare: every device's channel open, as a run opens it; the attacker knows where they listen, not the keys
+    endpoints = cluster.client.run(_open_channel)
+    before = cluster.client.run(_refused)
+
+    # Execute: to each device, a frame whose pickle would create a file on it
+    targets = []
+    for i, (host, port, _) in enumerate(endpoints.values()):
+        targets.append(tmp_path / f"created-on-device-{i}")
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(_attack(targets[-1]))
+            assert _closed_by_server(sock)
+
+    # Assert: no device created its file, and each counted the refusal
+    assert not any(t.exists() for t in targets)
+    assert _wait_for(lambda: all(cluster.client.run(_refused)[w] == before[w] + 1 for w in endpoints))
 
 
 @pytest.mark.integration

@@ -338,7 +338,7 @@ def test_an_interrupted_run_says_so_and_leaves_no_process_and_no_temporary_folde
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(600)",
     )
     command = "import sys; from pathlib import Path; from edgelab import cli; cli.NOTEBOOKS_DIR = Path(sys.argv[1]); "
-    command += "sys.exit(cli.main(['reproduce']))"
+    command += "cli.entry(['reproduce'])"  # what `python -m edgelab.cli` and the `edgelab` command run
     env = {
         **os.environ,
         "TMPDIR": str(scratch),

@@ -1,9 +1,11 @@
 """The files that run edgelab's cluster off this machine: checked without Docker, Kubernetes or a Pi.
 
-- ``cluster/compose/``: the compose file against the Compose Specification's JSON
-  schema, as check-jsonschema ships it, then what makes each worker a Pi 3B device.
+- ``cluster/compose/``: the compose file and its plain-TCP override against the
+  Compose Specification's JSON schema, as check-jsonschema ships it, then what
+  makes each worker a Pi 3B device, and that they speak TLS unless overridden.
 - ``cluster/kubernetes/``: every document against Kubernetes' own schemas, as
-  kubernetes-validate ships them (strict: unknown fields fail), then the same.
+  kubernetes-validate ships them (strict: unknown fields fail), then the same,
+  TLS, and the NetworkPolicy that admits only the cluster's own pods.
 - ``cluster/pi/``: the installer with bash -n and shellcheck, the systemd unit it
   renders read section by section and with ``systemd-analyze verify``.
 
@@ -56,10 +58,56 @@ def _resources(device: str) -> str:
 # --- docker compose ------------------------------------------------------------------------------
 
 
-def _compose() -> dict[str, Any]:
-    with (COMPOSE_DIR / "docker-compose.yml").open(encoding="utf-8") as f:
-        data: dict[str, Any] = yaml.safe_load(f)
+PLAIN_TCP_OVERRIDE = "docker-compose.plain-tcp.yml"
+TLS_OPTIONS = ("--tls-ca-file", "--tls-cert", "--tls-key")
+CERTS_IN_CONTAINER = "/etc/edgelab/tls"
+
+
+class _Reset(list[Any]):
+    """A sequence tagged ``!reset``: Compose drops what the files before had there, and takes this."""
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, plus Compose's ``!reset`` tag (on sequences: all this project uses)."""
+
+
+def _reset(loader: yaml.SafeLoader, node: yaml.Node) -> _Reset:
+    if not isinstance(node, yaml.SequenceNode):
+        raise yaml.constructor.ConstructorError(None, None, "!reset is only expected on a sequence", node.start_mark)
+    return _Reset(loader.construct_sequence(node, deep=True))
+
+
+_ComposeLoader.add_constructor("!reset", _reset)
+
+
+def _compose(name: str = "docker-compose.yml") -> dict[str, Any]:
+    with (COMPOSE_DIR / name).open(encoding="utf-8") as f:
+        data: dict[str, Any] = yaml.load(f, Loader=_ComposeLoader)  # a SafeLoader with one tag more
     return data
+
+
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` laid over ``base`` as ``docker compose -f base -f override`` does, for the keys used here.
+
+    Compose replaces a service's ``command`` whole and takes a ``!reset`` value in place of the
+    earlier one; other keys merge in ways this model does not follow, so it refuses them.
+    """
+    merged = copy.deepcopy(base)
+    for name, service in override["services"].items():
+        for key, value in service.items():
+            if key != "command" and not isinstance(value, _Reset):
+                raise AssertionError(f"{name}.{key}: this test does not model how Compose merges it")
+            merged["services"][name][key] = list(value)
+    return merged
+
+
+def _option(command: list[str], option: str) -> str:
+    return command[command.index(option) + 1]
+
+
+def _bind_mounts(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A service's bind mounts by their path in the container."""
+    return {v["target"]: v for v in service.get("volumes", []) if v["type"] == "bind"}
 
 
 def _compose_errors(data: dict[str, Any]) -> list[str]:
@@ -72,8 +120,9 @@ def _compose_workers() -> dict[str, dict[str, Any]]:
     return {name: s for name, s in _compose()["services"].items() if name != "scheduler"}
 
 
-def test_compose_file_follows_the_compose_spec() -> None:
-    assert _compose_errors(_compose()) == []
+@pytest.mark.parametrize("name", ["docker-compose.yml", PLAIN_TCP_OVERRIDE])
+def test_compose_file_follows_the_compose_spec(name: str) -> None:
+    assert _compose_errors(_compose(name)) == []
 
 
 @pytest.mark.parametrize(
@@ -108,7 +157,7 @@ def test_compose_worker_is_a_pi3b_device(device: str) -> None:
 
     # Assert: a single-threaded worker of the scheduler service, named and resourced as the device
     assert "scheduler" in services
-    assert command[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert command[:3] == ["dask", "worker", "tls://scheduler:8786"]
     assert command[command.index("--name") + 1] == device
     assert command[command.index("--nthreads") + 1] == "1"
     assert command[command.index("--memory-limit") + 1] == "900MiB"
@@ -122,6 +171,64 @@ def test_compose_worker_is_a_pi3b_device(device: str) -> None:
     assert {k: env[k] for k in WORKER_ENV} == WORKER_ENV
     assert env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"] == NO_MALLOC_TRIM
     assert "MALLOC_TRIM_THRESHOLD_" not in env
+
+
+@pytest.mark.parametrize("service", ["scheduler", *device_names(PROFILE, COMPOSE_DEVICES)])
+def test_compose_speaks_tls_by_default(service: str) -> None:
+    # Prepare
+    data = _compose()
+    command = data["services"][service]["command"]
+    mounts = _bind_mounts(data["services"][service])
+    role = "scheduler" if service == "scheduler" else "worker"
+
+    # Assert: the scheduler listens on TLS and the worker joins it on TLS, each with its role's certificate
+    if role == "scheduler":
+        assert _option(command, "--protocol") == "tls"
+    else:
+        assert command[2] == "tls://scheduler:8786"
+    expected = {"--tls-ca-file": "ca.pem", "--tls-cert": f"{role}.pem", "--tls-key": f"{role}-key.pem"}
+    assert {o: _option(command, o) for o in TLS_OPTIONS} == {
+        o: f"{CERTS_IN_CONTAINER}/{f}" for o, f in expected.items()
+    }
+    # ... mounted read-only from cluster/compose/tls/ (no folder made in a missing file's place), its own key only
+    for path in (_option(command, o) for o in TLS_OPTIONS):
+        mount = mounts[path]
+        assert mount["source"] == f"./tls/{Path(path).name}"
+        assert mount["read_only"] is True
+        assert mount["bind"] == {"create_host_path": False}
+    assert sorted(Path(t).name for t in mounts) == sorted(expected.values())
+
+
+def test_compose_certificates_folder_is_git_ignored() -> None:
+    # Prepare: the folder the compose file mounts from, as the repository's root names it
+    (source,) = {Path(m["source"]).parent for s in _compose()["services"].values() for m in _bind_mounts(s).values()}
+    folder = (COMPOSE_DIR / source).resolve().relative_to(ROOT)
+
+    # Assert
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert f"{folder.as_posix()}/" in ignored
+
+
+def test_compose_plain_tcp_override_restores_plain_tcp() -> None:
+    # Prepare
+    tls = _compose()
+    override = _compose(PLAIN_TCP_OVERRIDE)
+
+    # Execute: -f docker-compose.yml -f docker-compose.plain-tcp.yml
+    plain = _merged(tls, override)
+
+    # Assert: every service overridden, each command the TLS one less its TLS, and no certificate mounted
+    assert set(override["services"]) == set(tls["services"])
+    for name, service in plain["services"].items():
+        command = tls["services"][name]["command"]
+        for option in (*TLS_OPTIONS, "--protocol"):
+            if option in command:
+                at = command.index(option)
+                command = command[:at] + command[at + 2 :]
+        assert service["command"] == [a.replace("tls://", "tcp://") for a in command], name
+        assert not any("tls" in a for a in service["command"]), name
+        assert service["volumes"] == [], name
+    assert _compose_errors(plain) == []
 
 
 def test_compose_publishes_ports_on_loopback_only() -> None:
@@ -261,7 +368,7 @@ def _without_limits(doc: dict[str, Any]) -> list[str]:
 
 def test_kubernetes_manifests_are_found() -> None:
     kinds = sorted(d["kind"] for _, d in _manifests())
-    assert kinds == ["Deployment", "Namespace", "Service", "Service", "StatefulSet"]
+    assert kinds == ["Deployment", "Namespace", "NetworkPolicy", "Service", "Service", "StatefulSet"]
 
 
 @pytest.mark.parametrize("doc", [d for _, d in _manifests()], ids=[i for i, _ in _manifests()])
@@ -338,8 +445,68 @@ def test_kubernetes_scheduler_is_reachable_inside_the_cluster_only() -> None:
     # Assert: no Service is exposed outside; the workers' address is the scheduler Service's
     assert [s["spec"].get("type", "ClusterIP") for s in services] == ["ClusterIP"] * len(services)
     assert scheduler["spec"]["selector"].items() <= pod_labels.items()
-    assert worker_args[0] == f"tcp://{scheduler['metadata']['name']}:8786"
+    assert worker_args[0] == f"tls://{scheduler['metadata']['name']}:8786"
     assert ports == {8786, 8787}
+
+
+def _workloads() -> list[tuple[str, dict[str, Any]]]:
+    return [(i, d) for i, d in _manifests() if d["kind"] in ("Deployment", "StatefulSet")]
+
+
+@pytest.mark.parametrize("doc", [d for _, d in _workloads()], ids=[i for i, _ in _workloads()])
+def test_kubernetes_containers_speak_tls(doc: dict[str, Any]) -> None:
+    # Prepare
+    pod = doc["spec"]["template"]["spec"]
+    role = doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    expected = {"--tls-ca-file": "ca.pem", "--tls-cert": f"{role}.pem", "--tls-key": f"{role}-key.pem"}
+
+    for container in pod["containers"]:
+        argv = container["command"] + container["args"]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+
+        # Assert: the scheduler listens on TLS, a worker joins on TLS, each with its role's certificate
+        if role == "scheduler":
+            assert argv[:2] == ["dask", "scheduler"]
+            assert _option(argv, "--protocol") == "tls"
+        else:
+            assert argv[:2] == ["dask", "worker"]
+            assert argv[2] == "tls://edgelab-scheduler:8786"
+        paths = {o: Path(_option(argv, o)) for o in TLS_OPTIONS}
+        assert {o: p.name for o, p in paths.items()} == expected
+        # ... from the Secret edgelab-tls, read-only, only this role's files
+        (folder,) = {str(p.parent) for p in paths.values()}
+        assert mounts[folder]["readOnly"] is True
+        secret = volumes[mounts[folder]["name"]]["secret"]
+        assert secret["secretName"] == "edgelab-tls"
+        assert sorted((i["key"], i["path"]) for i in secret["items"]) == sorted((f, f) for f in expected.values())
+        # ... the key readable by the pod's user through its group (fsGroup), by nobody else
+        assert secret["defaultMode"] == 0o440
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == 1000
+        # The kubelet's probe stays a bare TCP connection (it has no certificate)
+        if "readinessProbe" in container:
+            assert set(container["readinessProbe"]) - {"periodSeconds"} == {"tcpSocket"}
+
+
+def test_kubernetes_network_policy_admits_only_the_apps_pods() -> None:
+    # Prepare
+    (policy,) = [d for _, d in _manifests() if d["kind"] == "NetworkPolicy"]
+    app = {"app.kubernetes.io/name": "edgelab"}
+    pod_labels = [d["spec"]["template"]["metadata"]["labels"] for _, d in _workloads()]
+
+    # Assert: it covers every edgelab pod, and admits ingress from the app's pods in the namespace and nowhere else
+    assert policy["metadata"]["namespace"] == "edgelab"
+    assert policy["spec"]["podSelector"] == {"matchLabels": app}
+    assert all(app.items() <= labels.items() for labels in pod_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": app}}]}]
+
+
+def test_kubernetes_validator_rejects_a_broken_network_policy() -> None:
+    broken = copy.deepcopy(_manifest("NetworkPolicy", "edgelab-own-pods-only"))
+    broken["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] = ["app.kubernetes.io/name=edgelab"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
 def test_kubernetes_resources_share_one_namespace() -> None:
@@ -372,13 +539,28 @@ def _values(section: list[tuple[str, str]], key: str) -> list[str]:
     return [v for k, v in section if k == key]
 
 
-def _render_unit(**options: str) -> str:
-    """The unit install-worker.sh would install with ``options`` (--print-unit: it changes nothing)."""
-    flags = [word for name, value in options.items() for word in (f"--{name}", value)]
+def _render_unit(*switches: str, **options: str) -> str:
+    """The unit install-worker.sh would install with ``options`` (--print-unit: it changes nothing).
+
+    ``tls_dir`` is passed as --tls-dir; --print-unit reads no certificate, so the folder need not exist.
+    """
+    flags = [word for name, value in options.items() for word in (f"--{name.replace('_', '-')}", value)]
     done = subprocess.run(
-        ["bash", str(INSTALL), *flags, "--print-unit"], capture_output=True, text=True, check=True, timeout=5
+        ["bash", str(INSTALL), *switches, *flags, "--print-unit"], capture_output=True, text=True, check=True, timeout=5
     )
     return done.stdout
+
+
+def _exec_start_argv(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """A rendered unit's [Service] section and its ExecStart as the worker's argv (${NAME} filled in)."""
+    service = _unit_sections(text)["Service"]
+    environment = dict(v.split("=", 1) for v in _values(service, "Environment"))
+    # systemd substitutes ${NAME} from Environment=; each whole word stays one argument
+    (exec_start,) = _values(service, "ExecStart")
+    return service, [re.sub(r"\$\{(\w+)\}", lambda m: environment[m.group(1)], a) for a in shlex.split(exec_start)]
+
+
+TLS_TARGET = "/etc/edgelab/tls"  # where install-worker.sh puts the certificates the unit names
 
 
 @pytest.mark.parametrize("script", [INSTALL, COMPOSE_DIR / "shape-link.sh"], ids=lambda p: p.name)
@@ -400,16 +582,37 @@ def test_shell_script_passes_shellcheck(script: Path) -> None:
     ("args", "message"),
     [
         ([], "--scheduler is required"),
-        (["--scheduler", "tcp://10.0.0.1:8786"], "--device is required"),
-        (["--scheduler", "10.0.0.1:8786", "--device", "pi3b-0"], "--scheduler must look like tcp://HOST:PORT"),
-        (["--scheduler", "tcp://a|b:8786", "--device", "pi3b-0"], "--scheduler must look like"),
-        (["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi 3b"], "--device must be a name"),
+        (["--scheduler", "tls://10.0.0.1:8786"], "--device is required"),
+        (["--scheduler", "10.0.0.1:8786", "--device", "pi3b-0"], "--scheduler must look like tls://HOST:PORT"),
+        (["--scheduler", "tls://a|b:8786", "--device", "pi3b-0"], "--scheduler must look like"),
+        (["--scheduler", "tls://10.0.0.1:8786", "--device", "pi 3b"], "--device must be a name"),
         (
-            ["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi3b-0", "--venv", "venv"],
+            ["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0", "--venv", "venv"],
             "--venv must be an absolute path",
         ),
         (["--device"], "--device needs a value"),
+        (["--tls-dir"], "--tls-dir needs a value"),
         (["--reboot"], "unknown argument '--reboot'"),
+        # TLS unless the opt-out is explicit: plain tcp:// needs --insecure-plain-tcp, and TLS needs certificates
+        (
+            ["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi3b-0", "--tls-dir", "/tmp"],
+            "--scheduler must be tls://HOST:PORT",
+        ),
+        (["--scheduler", "tcp://10.0.0.1:8786", "--device", "pi3b-0"], "only with --insecure-plain-tcp"),
+        (["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0"], "--tls-dir is required"),
+        (["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0", "--print-unit"], "--tls-dir is required"),
+        (
+            ["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0", "--tls-dir", "--print-unit"],
+            "--tls-dir needs a folder",
+        ),
+        (
+            ["--insecure-plain-tcp", "--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0"],
+            "--insecure-plain-tcp takes a tcp:// scheduler",
+        ),
+        (
+            ["--insecure-plain-tcp", "--scheduler", "tcp://10.0.0.1:8786", "--device", "pi3b-0", "--tls-dir", "/tmp"],
+            "contradict each other",
+        ),
     ],
 )
 def test_install_script_refuses_bad_arguments_before_doing_anything(args: list[str], message: str) -> None:
@@ -417,6 +620,22 @@ def test_install_script_refuses_bad_arguments_before_doing_anything(args: list[s
     done = subprocess.run(["bash", str(INSTALL), *args], capture_output=True, text=True, timeout=5)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+@pytest.mark.parametrize("present", [[], ["ca.pem", "worker.pem"]], ids=["empty", "no-key"])
+def test_install_script_refuses_a_tls_dir_without_the_certificates(tmp_path: Path, present: list[str]) -> None:
+    # Prepare: a folder missing some of what python -m edgelab.tls writes
+    for name in present:
+        (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\n", encoding="utf-8")
+    args = ["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0", "--tls-dir", str(tmp_path)]
+
+    # Execute: checked before the root check too, so nothing is installed even as root
+    done = subprocess.run(["bash", str(INSTALL), *args], capture_output=True, text=True, timeout=5)
+
+    # Assert
+    missing = "ca.pem" if not present else "worker-key.pem"
+    assert done.returncode == 2
+    assert f"--tls-dir {tmp_path} has no {missing}" in done.stderr
 
 
 def test_unit_template_has_the_required_keys() -> None:
@@ -432,26 +651,43 @@ def test_unit_template_has_the_required_keys() -> None:
     assert exec_start.startswith("/opt/edgelab/venv/bin/dask worker ${SCHEDULER} --name ${DEVICE} ")
     assert "--nthreads 1 --memory-limit 900MiB" in exec_start
     assert "--resources device-${DEVICE}=1,tier-${TIER}=1" in exec_start
+    # TLS by default: the worker's certificate where install-worker.sh puts it, a tls:// scheduler
+    assert exec_start.endswith(
+        f" --tls-ca-file {TLS_TARGET}/ca.pem --tls-cert {TLS_TARGET}/worker.pem --tls-key {TLS_TARGET}/worker-key.pem"
+    )
     environment = dict(v.split("=", 1) for v in _values(service, "Environment"))
+    assert environment["SCHEDULER"].startswith("tls://")
     assert {k: environment[k] for k in WORKER_ENV} == WORKER_ENV
     assert "MALLOC_TRIM_THRESHOLD_" not in environment
     assert _values(sections["Install"], "WantedBy") == ["multi-user.target"]
 
 
-def test_rendered_unit_runs_the_device() -> None:
-    # Execute
-    text = _render_unit(scheduler="tcp://192.168.1.10:8786", device="pi3b-7", tier="edge", user="pi", venv="/srv/el")
-    service = _unit_sections(text)["Service"]
-    environment = dict(v.split("=", 1) for v in _values(service, "Environment"))
-    # systemd substitutes ${NAME} from Environment=; each whole word stays one argument
-    (exec_start,) = _values(service, "ExecStart")
-    argv = [re.sub(r"\$\{(\w+)\}", lambda m: environment[m.group(1)], a) for a in shlex.split(exec_start)]
+def test_rendered_unit_runs_the_device_over_tls() -> None:
+    # Execute: --print-unit reads no certificate, so the folder need not exist
+    text = _render_unit(
+        scheduler="tls://192.168.1.10:8786", device="pi3b-7", tier="edge", user="pi", venv="/srv/el", tls_dir="/nowhere"
+    )
+    service, argv = _exec_start_argv(text)
 
     # Assert
     assert _values(service, "User") == ["pi"]
-    assert argv[:3] == ["/srv/el/bin/dask", "worker", "tcp://192.168.1.10:8786"]
+    assert argv[:3] == ["/srv/el/bin/dask", "worker", "tls://192.168.1.10:8786"]
     assert argv[argv.index("--name") + 1] == "pi3b-7"
     assert argv[argv.index("--resources") + 1] == _resources("pi3b-7")
+    assert argv[argv.index("--tls-ca-file") + 1] == f"{TLS_TARGET}/ca.pem"
+    assert argv[argv.index("--tls-cert") + 1] == f"{TLS_TARGET}/worker.pem"
+    assert argv[argv.index("--tls-key") + 1] == f"{TLS_TARGET}/worker-key.pem"
+
+
+def test_rendered_unit_on_plain_tcp_has_no_tls_options() -> None:
+    # Execute: the lab bench's opt-out
+    text = _render_unit("--insecure-plain-tcp", scheduler="tcp://192.168.1.10:8786", device="pi3b-7")
+    _, argv = _exec_start_argv(text)
+
+    # Assert: the same worker, on plain TCP, with no certificate named
+    assert argv[:3] == ["/opt/edgelab/venv/bin/dask", "worker", "tcp://192.168.1.10:8786"]
+    assert argv[argv.index("--resources") + 1] == _resources("pi3b-7")
+    assert [a for a in argv if a.startswith("--tls") or TLS_TARGET in a] == []
 
 
 def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
@@ -460,14 +696,20 @@ def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("broken", [False, True], ids=["rendered", "broken-restart"])
-def test_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, broken: bool) -> None:
+@pytest.mark.parametrize(
+    ("broken", "plain_tcp"), [(False, False), (False, True), (True, False)], ids=["tls", "plain-tcp", "broken-restart"]
+)
+def test_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, broken: bool, plain_tcp: bool) -> None:
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed")
     if not (Path(sys.prefix) / "bin" / "dask").exists():
         pytest.skip("this environment has no dask program for ExecStart to name")
     # Prepare: the venv of this test run, so that ExecStart names a program that exists
-    text = _render_unit(scheduler="tcp://127.0.0.1:8786", device="pi3b-0", user="root", venv=sys.prefix)
+    common = {"device": "pi3b-0", "user": "root", "venv": sys.prefix}
+    if plain_tcp:
+        text = _render_unit("--insecure-plain-tcp", scheduler="tcp://127.0.0.1:8786", **common)
+    else:
+        text = _render_unit(scheduler="tls://127.0.0.1:8786", tls_dir=str(tmp_path), **common)
     if broken:
         text = text.replace("Restart=always", "Restart=sometimes")
     unit = tmp_path / "edgelab-worker.service"

@@ -92,3 +92,17 @@ def test_a_folder_that_was_there_before_the_virtualenv_is_never_removed_as_half_
     assert (venv / "notes.txt").read_text() == "the user's"
     assert not (venv / ".edgelab-unfinished").exists()
     assert (venv / "bin" / "python").exists()
+
+
+def test_the_cluster_command_as_root_never_makes_or_installs_into_a_virtualenv(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("run.sh's cluster command installs nothing only as root; this runs as a user")
+    venv = tmp_path / "venv"
+
+    done = _run_sh("cluster", "status", env={"EDGELAB_VENV": str(venv)})
+
+    assert done.returncode == 1
+    assert "never installs packages as root" in done.stderr
+    assert not venv.exists()

@@ -6,9 +6,12 @@ Needs root and iproute2 (as CI on the build machine has); skipped elsewhere, say
 from __future__ import annotations
 
 import gc
+import json
 import os
+import pwd
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,24 +61,35 @@ def test_addresses_and_rates_come_from_the_spec() -> None:
 
 
 @pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[sh.ShapedHosts]:
-    running = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+def state() -> Iterator[Path]:
+    """A state folder as ``up`` wants it (root's, 0755) that the cluster's user can reach: not in pytest's 0700 tree."""
+    folder = Path(tempfile.mkdtemp(prefix="edgelab-shaped-test-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def hosts(state: Path) -> Iterator[sh.ShapedHosts]:
+    running = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
     try:
         yield running
     finally:
-        sh.down(folder=tmp_path)
+        sh.down(folder=state)
 
 
 @needs_root
 @pytest.mark.integration
-def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.ShapedHosts, tmp_path: Path) -> None:
+def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.ShapedHosts, state: Path) -> None:
     from distributed import Client
 
-    with Client(hosts.scheduler_address) as client:
+    with Client(hosts.scheduler_address, security=hosts.security()) as client:
         workers = client.scheduler_info()["workers"]
         by_name = {w["name"]: a for a, w in workers.items()}
         assert sorted(by_name) == ["pi3b-0", "pi3b-1"]
-        assert all(a.startswith("tcp://10.214.0.") for a in by_name.values())
+        assert all(a.startswith("tls://10.214.0.") for a in by_name.values())  # TLS by default
         assert workers[by_name["pi3b-0"]]["resources"] == {"device-pi3b-0": 1, "tier-edge": 1}
         size = 8_000_000  # 0.64 s at 100 Mbit/s
         weights = client.submit(np.ones, size, np.uint8, workers=[by_name["pi3b-0"]], pure=False)
@@ -88,33 +102,33 @@ def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.Shape
     # time also holds Dask's receive and unpickling, which the other test process's load on
     # these two cores stretches (CI saw 1.21x), so the ceiling is looser than the floor.
     assert 0.95 * implied <= transfer["duration"] <= 1.5 * implied
-    assert sh.status(folder=tmp_path) is not None
+    assert sh.status(folder=state) is not None
 
 
 @needs_root
 @pytest.mark.integration
-def test_down_leaves_nothing_behind(tmp_path: Path) -> None:
-    running = sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+def test_down_leaves_nothing_behind(state: Path) -> None:
+    running = sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
     assert sorted(sh.leftovers(PREFIX)) == [f"{PREFIX}-pi3b-0", f"{PREFIX}br0", f"{PREFIX}h0"]
     with pytest.raises(ClusterError, match="already up"):
-        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
-    sh.down(folder=tmp_path)
+        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+    sh.down(folder=state)
     assert sh.leftovers(PREFIX) == []
     assert not any(sh._alive(pid) for pid in running.pids.values())
-    assert sh.status(folder=tmp_path) is None and sh.down(folder=tmp_path) is None
+    assert sh.status(folder=state) is None and sh.down(folder=state) is None
 
 
 @needs_root
 @pytest.mark.integration
-def test_a_failed_up_removes_what_it_built_and_nothing_else(tmp_path: Path) -> None:
+def test_a_failed_up_removes_what_it_built_and_nothing_else(state: Path) -> None:
     # The second host's namespace exists already: `up` builds the bridge and the first host, then fails.
     taken = f"{PREFIX}-pi3b-1"
     assert os.system(f"ip netns add {taken}") == 0
     try:
         with pytest.raises(ClusterError, match=rf"`ip netns add {taken}` failed"):
-            sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=tmp_path)
+            sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
         assert sh.leftovers(PREFIX) == [taken]  # its own parts gone, the namespace it did not make kept
-        assert not (tmp_path / sh.STATE_FILE).exists()
+        assert not (state / sh.STATE_FILE).exists()
     finally:
         os.system(f"ip netns del {taken}")
     assert sh.leftovers(PREFIX) == []
@@ -156,7 +170,9 @@ def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_roun
 
 @needs_root
 @pytest.mark.integration
-def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_goes_on(
+    tmp_path: Path, state: Path
+) -> None:
     import subprocess
 
     from distributed import Client
@@ -165,7 +181,7 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
     from edgelab.tls import make_certificates
 
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=True)
-    hosts = sh.up(spec, folder=tmp_path / "state")
+    hosts = sh.up(spec, folder=state)
     try:
         assert hosts.scheduler_address == "tls://10.214.0.1:8786"
         strangers = make_certificates(tmp_path / "strangers", ["10.214.0.1"])  # a CA of their own
@@ -207,7 +223,7 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
             assert client.submit(sum, [1, 2, 3], pure=False).result() == 6  # and the cluster works
         assert (Path(hosts.certificates) / "client-key.pem").stat().st_mode & 0o077 == 0  # keys private
     finally:
-        sh.down(folder=tmp_path / "state")
+        sh.down(folder=state)
     assert not Path(hosts.certificates).exists()  # the keys go with the cluster
 
 
@@ -219,7 +235,7 @@ def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts:
     from edgelab.train import TrainConfig, train
 
     dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
-    with connect(2, scheduler_address=hosts.scheduler_address) as cluster:
+    with connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security()) as cluster:
         run = train(cluster, dataset, TrainConfig(model="mlp", n_devices=2), log=lambda _: None)
     for device, samples in run.monitor.groupby("device"):
         first, last = samples.sort_values("t").iloc[[0, -1]].to_dict("records")
@@ -242,7 +258,7 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
     from edgelab.cluster import scheduler_workers
     from edgelab.faults import kill_worker
 
-    with Client(hosts.scheduler_address) as client:
+    with Client(hosts.scheduler_address, security=hosts.security()) as client:
         # `up` returns with every nanny started: one killed before that gives up instead of restarting.
         assert set(client.run(sh._nanny_status, nanny=True).values()) == {"running"}
         address = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "pi3b-1")
@@ -264,7 +280,7 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
 @needs_root
 @pytest.mark.integration
 def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_undisturbed_result(
-    tmp_path: Path,
+    state: Path,
 ) -> None:
     from edgelab.cluster import connect
     from edgelab.data import load_dataset
@@ -273,7 +289,7 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
 
     # A TTL below the cut: the scheduler drops the silent device, which must come back and redo its round.
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", worker_ttl_s=10.0)
-    hosts = sh.up(spec, folder=tmp_path)
+    hosts = sh.up(spec, folder=state)
     dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
     cfg = TrainConfig(model="mlp", n_devices=2)
     scenarios = {
@@ -285,7 +301,7 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
     }
     runs, schedules = {}, {}
     try:
-        with connect(2, scheduler_address=hosts.scheduler_address) as cluster:
+        with connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security()) as cluster:
             undisturbed = train(cluster, dataset, cfg, log=lambda _: None)
             for kind, steps in scenarios.items():
                 schedules[kind] = KillSchedule(steps, phases=phase_counts(cfg, dataset.n_train), links=hosts)
@@ -294,7 +310,7 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
             # after the scenario every link is back at its rate: a round costs what it did
             again = train(cluster, dataset, cfg, log=lambda _: None)
     finally:
-        sh.down(folder=tmp_path)
+        sh.down(folder=state)
     for kind, run in runs.items():
         assert run.weights_sha256 == undisturbed.weights_sha256, kind  # nothing lost, nothing counted twice
     assert runs["cut"].kills[["device", "phase", "at", "action"]].to_dict("records") == [
@@ -311,6 +327,137 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
     assert runs["slow"].recoveries.empty
     assert runs["slow"].host["train_wall_s"] > undisturbed.host["train_wall_s"] + 6.0
     assert again.host["train_wall_s"] < undisturbed.host["train_wall_s"] + 2.0
+
+
+def _uids(pid: int) -> set[int]:
+    """The real, effective, saved and file-system user ids of process ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return {int(u) for u in line.split()[1:]}
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def _whoami(dask_worker: object = None) -> int:
+    return os.geteuid()
+
+
+@needs_root
+@pytest.mark.integration
+def test_the_scheduler_and_the_workers_run_as_the_user_who_ran_sudo(
+    monkeypatch: pytest.MonkeyPatch, state: Path
+) -> None:
+    from distributed import Client
+
+    if not _can_run_here("nobody"):
+        pytest.skip("needs an account other than root that can run this Python (here it is under root's 0700 home)")
+
+    # Prepare: `sudo` by nobody; root makes the namespaces, whoever reaches the scheduler runs code as nobody at most
+    monkeypatch.setenv("SUDO_USER", "nobody")
+    hosts = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+    user = pwd.getpwnam(hosts.account)
+    assert user.pw_name == "nobody"
+
+    # Execute: code sent through the scheduler, to it and to every worker
+    try:
+        with Client(hosts.scheduler_address, security=hosts.security()) as client:
+            on_workers = client.run(_whoami)
+            on_scheduler = client.run_on_scheduler(_whoami)
+            submitted = client.submit(os.geteuid, pure=False).result()
+        processes = _descendants(hosts.pids.values())
+    finally:
+        sh.down(folder=state)
+
+    # Assert: none of it as root; nor any process the cluster started
+    assert set(on_workers.values()) == {user.pw_uid}
+    assert on_scheduler == submitted == user.pw_uid
+    assert processes and all(_uids(pid) == {user.pw_uid} for pid in processes)
+
+
+def _descendants(pids: object) -> list[int]:
+    """Every process in the process groups of ``pids`` (what the cluster started, nannies and workers)."""
+    groups = set(pids)  # type: ignore[arg-type]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) in groups:
+                    found.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return found
+
+
+def test_the_clusters_processes_run_as_whoever_ran_sudo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUDO_USER", "nobody")
+    assert sh.account(sh.HostsSpec()).pw_name == "nobody"  # `sudo ./run.sh cluster up` by that user
+    assert sh.account(sh.HostsSpec(user="root")).pw_name == "root"  # asked for by name
+    monkeypatch.delenv("SUDO_USER")
+    assert sh.account(sh.HostsSpec()).pw_uid == os.geteuid()  # run directly: the invoking user
+    with pytest.raises(ConfigError, match="user='no-such-account' is not allowed: an account of this machine"):
+        sh.account(sh.HostsSpec(user="no-such-account"))
+
+
+def _can_run_here(user: str) -> bool:
+    """Whether ``user`` can run this environment's Python (not when it lives under root's 0700 home, as in CI)."""
+    try:
+        sh._check_runnable(pwd.getpwnam(user))
+    except ClusterError:
+        return False
+    return True
+
+
+@needs_root
+@pytest.mark.integration
+def test_a_local_user_without_the_clusters_key_cannot_reach_its_scheduler(hosts: sh.ShapedHosts) -> None:
+    import subprocess
+
+    # Prepare: what another local account (nobody) can try with the system's own Python
+    attempt = (
+        "import socket, ssl, sys\n"
+        "try:\n open(sys.argv[3]).read(); print('read the key')\n"
+        "except PermissionError:\n print('key unreadable')\n"
+        "ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n"
+        "try:\n"
+        " s = ctx.wrap_socket(socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10))\n"
+        " s.sendall(b'x' * 64); print('answered' if s.recv(1) else 'closed')\n"
+        "except (ssl.SSLError, OSError) as e:\n print('refused', type(e).__name__)\n"
+    )
+    host, port = hosts.scheduler_address.split("://")[1].rsplit(":", 1)
+    key = str(Path(hosts.certificates) / "client-key.pem")
+
+    # Execute: as nobody, read the client key, then speak TLS to the scheduler without a certificate
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/python3", "-c"]
+    done = subprocess.run([*command, attempt, host, port, key], capture_output=True, text=True, timeout=60, cwd="/")
+
+    # Assert: the key is not theirs to read, and the scheduler lets no one in without a certificate of its CA
+    assert done.stdout.splitlines()[0] == "key unreadable", done
+    verdict = done.stdout.splitlines()[1]
+    assert verdict == "closed" or verdict.split()[0] == "refused", done  # SSLError, SSLEOFError, reset: refused
+
+
+@needs_root
+def test_down_trusts_only_a_state_file_that_only_root_can_write(tmp_path: Path) -> None:
+    # Prepare: a state naming a process group and a link that are not the cluster's, left where others write
+    victim = os.getpid()
+    state = sh.ShapedHosts(sh.HostsSpec(devices=1, prefix=PREFIX), "tcp://10.214.0.1:8786", f"{PREFIX}br0")
+    state.pids = {"scheduler": victim}
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    (shared / sh.STATE_FILE).write_text(json.dumps(state.to_dict()))
+
+    # Execute / Assert: refused, nothing signalled
+    with pytest.raises(ClusterError, match="not trusted"):
+        sh.down(folder=shared)
+    # A private folder, but a state that names a link `up` never makes (the machine's own interface)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    state.links = ["eth0"]
+    (private / sh.STATE_FILE).write_text(json.dumps(state.to_dict()))
+    with pytest.raises(ClusterError, match="never makes"):
+        sh.down(folder=private)
+    # A pid that now runs something else is never signalled, even from a trusted state
+    assert not sh._started_here(victim)
 
 
 def test_a_machine_without_root_or_tc_is_told_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -332,6 +479,35 @@ def _veth(a: str, b: str) -> None:
     for dev in (a, b):  # no IPv6 chatter: the loss draws must see only the test's frames
         Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6").write_text("1")
         assert os.system(f"ip link set {dev} up") == 0
+
+
+@needs_root
+def test_the_relay_drops_to_its_user_once_its_packet_sockets_are_open() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    _veth(f"{PREFIX}q0", f"{PREFIX}q1")
+    _veth(f"{PREFIX}q2", f"{PREFIX}q3")
+    try:
+        # Execute: started as root (packet sockets need it), told to become nobody
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "edgelab.link_relay", f"{PREFIX}q1", f"{PREFIX}q2", "--user", "65534:65534"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert relay.stdout is not None
+        assert relay.stdout.readline().startswith("link_relay: ")  # its sockets are open
+        uids = _uids(relay.pid)
+        relay.send_signal(signal.SIGTERM)
+        log = relay.communicate(timeout=10)[0]
+
+        # Assert: it relayed as nobody, every id dropped (none left to regain root), and ended cleanly
+        assert uids == {65534}
+        assert relay.returncode == 0 and "forwarded" in log
+    finally:
+        for dev in (f"{PREFIX}q0", f"{PREFIX}q2"):
+            os.system(f"ip link del {dev}")
 
 
 def _through_wire(
@@ -476,15 +652,18 @@ def test_a_burst_the_links_queue_has_room_for_crosses_the_relay_whole() -> None:
 @needs_root
 @needs_ethtool
 @pytest.mark.integration
-def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(tmp_path: Path) -> None:
+def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(state: Path) -> None:
     import socket
     import subprocess
     import sys
 
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", delay_ms=40.0, loss=0.1, delay_via="relay")
-    hosts = sh.up(spec, folder=tmp_path)
+    hosts = sh.up(spec, folder=state)
     try:
         assert hosts.impairment == "relay"
+        # The relays opened their packet sockets as root, then became the cluster's user
+        relays = [pid for name, pid in hosts.pids.items() if name.startswith("relay-")]
+        assert relays and all(_uids(pid) == {pwd.getpwnam(hosts.account).pw_uid} for pid in relays)
         assert sorted(sh.leftovers(PREFIX)) == sorted(
             [
                 f"{PREFIX}-pi3b-0",
@@ -544,7 +723,7 @@ def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(tmp_p
         server.close()
         assert 871 <= received <= 929
     finally:
-        sh.down(folder=tmp_path)
+        sh.down(folder=state)
     assert sh.leftovers(PREFIX) == []
     relay_log = (Path(hosts.logs) / "relay-pi3b-0.log").read_text()
     assert "dropped {" in relay_log and "dropped {}" not in relay_log  # it counted what it dropped
@@ -553,13 +732,13 @@ def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(tmp_p
 @needs_root
 @needs_ethtool
 @pytest.mark.integration
-def test_bytes_through_the_relay_still_take_the_time_the_link_rate_implies(tmp_path: Path) -> None:
+def test_bytes_through_the_relay_still_take_the_time_the_link_rate_implies(state: Path) -> None:
     from distributed import Client
 
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", delay_ms=1.0, delay_via="relay")
-    hosts = sh.up(spec, folder=tmp_path)
+    hosts = sh.up(spec, folder=state)
     try:
-        with Client(hosts.scheduler_address) as client:
+        with Client(hosts.scheduler_address, security=hosts.security()) as client:
             by_name = {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
             size = 8_000_000  # 0.64 s at 100 Mbit/s, through two relays
             weights = client.submit(np.ones, size, np.uint8, workers=[by_name["pi3b-0"]], pure=False)
@@ -567,7 +746,7 @@ def test_bytes_through_the_relay_still_take_the_time_the_link_rate_implies(tmp_p
             assert received.result() == size
             log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log), workers=[by_name["pi3b-1"]])
     finally:
-        sh.down(folder=tmp_path)
+        sh.down(folder=state)
     [transfer] = [t for t in log[by_name["pi3b-1"]] if t["total"] >= size]
     # No frame lost on the way: a CI run took 1.31 s when the relay's socket refused frames the link's queue
     # had room for, and TCP took them for losses.
@@ -597,14 +776,14 @@ def test_netem_is_used_where_the_kernel_has_it_and_asked_for_where_it_is_not(mon
 @needs_root
 @needs_ethtool
 @pytest.mark.integration
-def test_the_cluster_command_brings_delayed_hosts_up_reports_them_and_takes_them_down(tmp_path: Path) -> None:
+def test_the_cluster_command_brings_delayed_hosts_up_reports_them_and_takes_them_down(state: Path) -> None:
     import json
     import subprocess
     import sys
 
     if sh.leftovers("el"):
         pytest.skip("a shaped cluster of the default prefix 'el' is up on this machine: left alone")
-    env = {**os.environ, "EDGELAB_CACHE_DIR": str(tmp_path)}  # the state file goes here, not in data/cache
+    env = {**os.environ, "EDGELAB_SHAPED_HOSTS_STATE": str(state)}  # not the machine's own
 
     def edgelab(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "edgelab.cli", "cluster", *args]
@@ -614,7 +793,8 @@ def test_the_cluster_command_brings_delayed_hosts_up_reports_them_and_takes_them
     try:
         assert up.returncode == 0, up.stderr
         assert "1 hosts up, links 100 Mbit/s, 5 ms and 0.0% loss each way (by relay)" in up.stdout
-        assert "scheduler tcp://10.216.0.2:8786" not in up.stdout and "tcp://10.216.0.1:8786" in up.stdout
+        assert "scheduler tls://10.216.0.1:8786, its processes running as nobody" in up.stdout  # TLS by default
+        assert "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=" in up.stdout  # and what a client needs
         state = json.loads(edgelab("status").stdout)
         assert state["impairment"] == "relay" and state["spec"]["delay_ms"] == 5.0
         assert sorted(state["pids"]) == ["pi3b-0", "relay-pi3b-0", "scheduler"]
