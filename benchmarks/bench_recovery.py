@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from edgelab.cluster import connect
+from edgelab.common.paths import reports_dir
+from edgelab.common.results import atomic_write_text
 from edgelab.data import load_dataset
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S
-from edgelab.paths import reports_dir
-from edgelab.results import atomic_write_text
 from edgelab.train import PHASES, TrainConfig, TrainRun, phase_counts, train
 
 DEFAULT_KILLS = 20

@@ -38,9 +38,9 @@ from bench_training import host_info  # noqa: E402
 
 from edgelab import device_scheduling  # noqa: E402
 from edgelab.cluster import connect  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
 from edgelab.train import TrainConfig, train  # noqa: E402
 
 BATCH = 64

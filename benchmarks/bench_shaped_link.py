@@ -11,7 +11,7 @@ batch) runs side by side on:
 
 The link's real cost per round is the shaped round's wall minus the loopback
 round's. The emulated clock charges each device its bytes over its link
-(``edgelab.timeline``: pull + push); the two devices' links are separate, so a
+(``edgelab.emulation.timeline``: pull + push); the two devices' links are separate, so a
 round costs the slower device's. Latency is left out of that analytic time:
 the shaped links have none (no ``tc netem`` here). The ratio analytic / real is
 the headline: 1.0 means the emulated link charges what a real link of that rate
@@ -47,10 +47,10 @@ from bench_training import host_info, round_costs  # noqa: E402
 
 from edgelab import shaped_hosts  # noqa: E402
 from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.devices import get_profile  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
+from edgelab.emulation.profiles import get_profile  # noqa: E402
 from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH_SIZE = 64

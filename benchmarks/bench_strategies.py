@@ -40,10 +40,10 @@ import pandas as pd  # noqa: E402
 from bench_training import host_info  # noqa: E402
 
 from edgelab.cluster import connect  # noqa: E402
+from edgelab.common.errors import ConfigError  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
-from edgelab.errors import ConfigError  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
 from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH = 64

@@ -76,12 +76,12 @@ from distributed.protocol import to_serialize  # noqa: E402
 from round_stages import CLIENT_STAGES, DEVICE_STAGES, stage_times, trace_rounds  # noqa: E402
 
 from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.common.errors import ConfigError  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.errors import ConfigError  # noqa: E402
 from edgelab.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
-from edgelab.models import ModelSpec, build_model, prepare_images  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
+from edgelab.models.builtin import ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
 
 SIDES = Path(__file__).resolve().parent / "sides"

@@ -39,10 +39,10 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.models import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
+from edgelab.models.builtin import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
 
 TARGET_RATIO = 0.9  # edgelab epoch-sync samples/s over Keras fit samples/s

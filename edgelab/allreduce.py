@@ -54,13 +54,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.common.errors import ConfigError, WorkerLostError
+from edgelab.common.wire import Layout, Packed, pack, unpack
 from edgelab.peer_messages import Inbox, RoundAbandoned, collect_pieces, exchange, send_pieces
 from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate
 from edgelab.sync.parameter_server import ParameterServerSync
-from edgelab.wire import Layout, Packed, pack, unpack
 
 if TYPE_CHECKING:
     from edgelab.fleet import Fleet

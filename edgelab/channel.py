@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from edgelab import round_wire
-from edgelab.wire import aligned_empty
+from edgelab.common.wire import aligned_empty
 
 #: A message's head: its kind, its data's length and the number of buffers that follow it.
 HEAD = struct.Struct("!BQI")

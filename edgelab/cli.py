@@ -8,7 +8,7 @@ reproduction (or the other way round): each notebook writes its figures, tables
 and manifest entries there, and the executed notebooks go to its ``notebooks/``.
 
 The console shows progress only: a bar over the notebooks and one over the runs
-inside the current notebook (``edgelab.progress``), and a line per notebook.
+inside the current notebook (``edgelab.common.progress``), and a line per notebook.
 Everything the kernel, TensorFlow and Dask print goes to ``reproduce.log``
 beside the reports. A notebook that ran to the end with the same inputs (its
 source, its parameters, the edgelab code, the data directory) is not run again:
@@ -35,12 +35,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgelab import catalog, progress, report_page
-from edgelab.environ import environment
-from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT, cache_dir, reports_dir
-from edgelab.report import update_manifest
-from edgelab.results import atomic_write_text
+from edgelab.common import progress
+from edgelab.common.environ import environment
+from edgelab.common.errors import ConfigError
+from edgelab.common.paths import REPO_ROOT, cache_dir, reports_dir
+from edgelab.common.results import atomic_write_text
+from edgelab.report import catalog
+from edgelab.report import page as report_page
+from edgelab.report.manifest import update_manifest
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
@@ -83,7 +85,7 @@ def notebook_parameters(
     """Papermill parameters of one notebook under a profile, writing into ``reports``.
 
     Smoke injects nothing: the notebook runs as committed, and its own default
-    (``edgelab.paths.reports_dir``) is the smoke reproduction's. A scheduler
+    (``edgelab.common.paths.reports_dir``) is the smoke reproduction's. A scheduler
     address goes to every notebook that trains on a cluster (its ``scheduler_address``
     parameter, which its results record), instead of the embedded cluster.
     """
@@ -403,7 +405,7 @@ def _print_summary(root: Path, page: Path) -> None:
 def cluster_command(args: argparse.Namespace) -> int:
     """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.shaped_hosts``."""
     from edgelab import shaped_hosts
-    from edgelab.errors import ClusterError
+    from edgelab.common.errors import ClusterError
 
     try:
         if args.action == "up":

@@ -61,9 +61,9 @@ from distributed import Client, LocalCluster
 from distributed.utils import get_mp_context
 
 from edgelab import cluster_log, device_scheduling, runtime
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.environ import environment
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.environ import environment
+from edgelab.common.errors import ClusterError, ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
 
 # Generous: the device budget is accounted separately (see module docstring).
 DEFAULT_WORKER_MEMORY_LIMIT = "2GiB"
@@ -143,7 +143,7 @@ def start_device_launcher(scheduler_address: str | None = None) -> None:
 
 def _device_env() -> dict[str, str]:
     """The environment every emulated device worker starts with (the fork server's too)."""
-    from edgelab.paths import cache_dir
+    from edgelab.common.paths import cache_dir
 
     return {**_worker_env(str(cache_dir() / "keras")), device_scheduling.ENV: device_scheduling.chosen()}
 

@@ -31,7 +31,7 @@ _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
 
 def log_path() -> Path:
     """``EDGELAB_CLUSTER_LOG``, or ``dask.log`` in the cache directory."""
-    from edgelab.paths import cache_dir
+    from edgelab.common.paths import cache_dir
 
     return Path(os.environ.get("EDGELAB_CLUSTER_LOG") or cache_dir() / "dask.log")
 

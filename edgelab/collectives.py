@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgelab.allreduce import slice_bounds
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 #: The all-reduce patterns: every worker ends with the exact mean (to float rounding).
 ALLREDUCE_PATTERNS = ("ps", "p2p", "ring", "tree")

@@ -34,9 +34,9 @@ from distributed.protocol import serialize_bytelist, to_serialize
 from edgelab import compressed_p2p
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.collectives import Schedule, apply_piece
-from edgelab.models import ModelSpec
+from edgelab.models.builtin import ModelSpec
+from edgelab.models.user import UserModel, UserModelPayload
 from edgelab.sync.compress import build_compressor
-from edgelab.user_model import UserModel, UserModelPayload
 
 PLUGIN_NAME = "edgelab-collectives"
 #: The worker handler a peer's piece of a schedule reaches.
@@ -98,7 +98,7 @@ def gradient(
     """
     import tensorflow as tf
 
-    from edgelab.models import build_model, prepare_images
+    from edgelab.models.builtin import build_model, prepare_images
 
     plugin = _plugin()
     if spec not in plugin.models:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync.compress import COMPRESSORS, Compressor, Encoded, build_compressor
 
 #: top-k at method-grad-sparsify's judged density, and the 8-bit QSGD (7-bit level and a sign bit).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 #: The environment variable that chooses the policy, read by ``edgelab.cluster`` when it starts the devices.
 ENV = "EDGELAB_DEVICE_SCHEDULING"

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
-from edgelab.seeding import seeded
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
 
 if TYPE_CHECKING:
     import keras
@@ -239,7 +239,7 @@ def build_ddnn(
         model (cloned) or a function ``(combined_shape, num_classes) -> keras.Model``
         (or of no arguments) ending in a softmax.
     seed
-        Seeds every weight (``edgelab.seeding.seeded``).
+        Seeds every weight (``edgelab.common.seeding.seeded``).
     """
     import keras
 

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.common.errors import ConfigError
 from edgelab.early_exit import DDNN, check_threshold, exits_locally, normalized_entropy
-from edgelab.errors import ConfigError
 
 # Worker-side state: the parts each worker holds, and the records its tasks wrote.
 _PARTS: dict[tuple[str, str], Any] = {}

@@ -28,7 +28,7 @@ assigner keeps a clock; a send costs the task's bytes over the end link, a
 refused send costs the timeout (a switched-off device on a network does not
 refuse, it stays silent; on loopback the refusal is immediate), and a device
 answers a task after the end network's time for its images (the tier
-calibration, ``edgelab.tier_clock``), one task at a time in the order it got
+calibration, ``edgelab.emulation.tier_clock``), one task at a time in the order it got
 them. Runs advance in the clock's order: an answer is taken, and a failing
 device killed, only when the clock reaches it, so what the cluster does and
 what the clock says agree. Each task's answer is delivered once; a second
@@ -53,7 +53,7 @@ from distributed import as_completed
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from edgelab.cluster import device_resource, tier_resource
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.faults import reachable, shut_down
 from edgelab.tiered import TASK_SIZE, Deployment, _infer
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.errors import ClusterError, ConfigError
 
 ACTIONS = ("kill", "cut", "slow", "restore")
 LINK_ACTIONS = ("cut", "slow", "restore")

@@ -46,10 +46,10 @@ from distributed.protocol import to_serialize
 
 from edgelab.channel import Channels
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
-from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.common.errors import ConfigError, WorkerLostError
+from edgelab.common.wire import Bundle
 from edgelab.faults import KillSchedule
 from edgelab.runtime import DIRECT_OP, OPEN_CHANNEL, StateMissingError
-from edgelab.wire import Bundle
 
 T = TypeVar("T")
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgelab.allreduce import PeerState, Ring
-from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.common.errors import ConfigError, WorkerLostError
 from edgelab.peer_messages import exchange
 from edgelab.runtime import StateMissingError
 from edgelab.sync.aggregate import weighted_mean

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from distributed.protocol import to_serialize
 
 from edgelab.channel import encode, send_message
+from edgelab.common.wire import Bundle
 from edgelab.runtime import PEER_OP
-from edgelab.wire import Bundle
 
 if TYPE_CHECKING:
     from edgelab.allreduce import PeerState

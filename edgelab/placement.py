@@ -9,7 +9,7 @@ each on some host of the hierarchy, and the answer goes back to the end
 device. A placement gives each stage a host; its latency is
 
 * each stage's time on its host's tier: the network's time per image on that
-  tier (the hierarchy's calibration, ``edgelab.tier_clock``) times the task's
+  tier (the hierarchy's calibration, ``edgelab.emulation.tier_clock``) times the task's
   images times the stage's share of the network's multiply-accumulates;
 * each move between two different hosts: half the round-trip latency of the
   higher tier's link (the report's latencies count sending and receiving
@@ -32,9 +32,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from edgelab.errors import ConfigError
-from edgelab.hierarchy import TIERS, HierarchySpec
-from edgelab.tier_clock import TierCalibration
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tier_clock import TierCalibration
+from edgelab.emulation.tiers import TIERS, HierarchySpec
 
 #: Images cross as uint8 pixels; activations as float32.
 PIXEL_BYTES, ACTIVATION_BYTES = 1, 4

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 if TYPE_CHECKING:
     import keras
@@ -141,7 +141,7 @@ def attack(module: Stem, images: np.ndarray, *, iterations: int = 200) -> dict[s
 
 def stem_share(network: keras.Model) -> float:
     """The first convolution's share of the network's multiply-accumulates per image."""
-    from edgelab.pipeline.partition import layer_costs
+    from edgelab.models.graph import layer_costs
 
     costs = layer_costs(network)
     first = next(c for c in costs if c.macs)

@@ -10,7 +10,7 @@ is the same every round, so a round's lean form carries only what changes:
 
 * a **plan**, once per channel: the task's fields that stay fixed for a run
   on that device (run, model, device index, batch size, seed, local epochs)
-  and the weights' layout (``edgelab.wire.Layout``). It travels pickled in
+  and the weights' layout (``edgelab.common.wire.Layout``). It travels pickled in
   the first call that needs it; a channel opened again (a device restarted)
   starts with no plans, on both ends.
 * a **call**: the plan's number, the round, epoch, first step and number of
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.wire import Flat, Layout, Packed
+from edgelab.common.wire import Flat, Layout, Packed
 
 #: The runtime function whose calls travel in the lean form (``edgelab.runtime.DIRECT_FUNCTIONS``).
 ROUND_FN = "train_round"

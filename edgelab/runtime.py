@@ -35,12 +35,13 @@ import numpy as np
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol import to_serialize
 
-from edgelab import device_scheduling, process_memory, round_wire
+from edgelab import device_scheduling, round_wire
 from edgelab.channel import ChannelServer, connect
-from edgelab.models import ModelSpec, build_model, prepare_images
-from edgelab.monitor import DEFAULT_INTERVAL_S, ResourceSampler
-from edgelab.user_model import UserModel, UserModelPayload
-from edgelab.wire import TENSOR_ALIGNMENT, Bundle, Layout, Packed, aligned_empty, pack
+from edgelab.common import process_memory
+from edgelab.common.wire import TENSOR_ALIGNMENT, Bundle, Layout, Packed, aligned_empty, pack
+from edgelab.emulation.monitor import DEFAULT_INTERVAL_S, ResourceSampler
+from edgelab.models.builtin import ModelSpec, build_model, prepare_images
+from edgelab.models.user import UserModel, UserModelPayload
 
 PLUGIN_NAME = "edgelab-device"
 #: The worker handler a direct call from the client reaches (``edgelab.fleet.Fleet.direct``).
@@ -85,7 +86,7 @@ class ShardMissingError(StateMissingError):
 class _Shard:
     # The images stay uint8 (a quarter of float32: 154 MB, not 614 MB, for all
     # of CIFAR-10 on one device) and each batch is scaled as it is gathered, to
-    # the very floats ``edgelab.models.prepare_images`` gives, in numpy (bit for
+    # the very floats ``edgelab.models.builtin.prepare_images`` gives, in numpy (bit for
     # bit TensorFlow's eager gather and scaling, tested on every uint8 value, at
     # a twentieth of its cost).
     x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8
@@ -370,7 +371,7 @@ def load_shard(
 
     The model is traced on real batches of the run's size now, the way its
     rounds will run them (``steps`` batches per round), so that no round's
-    measured CPU time holds tracing. A user's model (``edgelab.user_model``)
+    measured CPU time holds tracing. A user's model (``edgelab.models.user``)
     comes with its first shard: its architecture and initial weights.
     """
     rt = _runtime()
@@ -434,7 +435,7 @@ def get_weights(model: Any) -> Weights:
 
 
 # A round of one batch as one compiled call per model: the weights go in as one flat buffer per dtype
-# (as they travelled, ``edgelab.wire``), are assigned, Keras' own train step runs, and the delta comes
+# (as they travelled, ``edgelab.common.wire``), are assigned, Keras' own train step runs, and the delta comes
 # out flat. ``train_on_batch`` with ``set_weights`` and ``get_weights`` around it gives the same values
 # bit for bit (tested) but spent 2.5 of its 4 ms on a LeNet-MLP batch in Python around the kernels;
 # a concrete function of one tensor per dtype costs 1.5 ms in all.
@@ -771,7 +772,7 @@ def probe_memory(model: str | UserModelPayload, batch_size: int, timeout_s: floa
             arg = str(Path(tmp) / "model.npz")
             model.save(Path(arg))
         out = subprocess.run(
-            [sys.executable, "-m", "edgelab.memory_probe", arg, str(batch_size)],
+            [sys.executable, "-m", "edgelab.emulation.memory_probe", arg, str(batch_size)],
             capture_output=True,
             text=True,
             timeout=timeout_s,

@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from edgelab.cluster import device_resource, tier_resource
-from edgelab.devices import get_profile
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.errors import ClusterError, ConfigError
+from edgelab.emulation.profiles import get_profile
 from edgelab.tls import Certificates, make_certificates
 
 SCHEDULER_PORT = 8786
@@ -665,7 +665,7 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 def _write_state(path: Path, hosts: ShapedHosts) -> None:
-    from edgelab.results import atomic_write_text
+    from edgelab.common.results import atomic_write_text
 
     atomic_write_text(path, json.dumps(hosts.to_dict(), indent=1))
 

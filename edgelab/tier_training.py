@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
-from edgelab.seeding import seeded
-from edgelab.tier_models import TIER_NETWORK_NAMES, build_tier_network
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
+from edgelab.models.tiers import TIER_NETWORK_NAMES, build_tier_network
 
 if TYPE_CHECKING:
     import keras

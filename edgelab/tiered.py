@@ -3,7 +3,7 @@
 A job's images are cut into tasks (the report: 50 images each). Tasks go to
 the end devices in turn (task i to end device i mod N_end), and each end
 device answers with its network (MobileNet, 20 coarse labels). Then, by
-scheme (``edgelab.schemes.SCHEMES``):
+scheme (``edgelab.emulation.schemes.SCHEMES``):
 
 * ``End``: that is all;
 * ``End-Cloud``: the task's images go on to a cloud device (in turn, when
@@ -11,7 +11,7 @@ scheme (``edgelab.schemes.SCHEMES``):
 * ``End-Edge``: to an edge device, in turn;
 * ``Mapping``: end device j sends to edge device j // n_map while edges last,
   the rest to the cloud (eq5); ``n_map`` is the report's 1 unless given
-  (eq4 computes it from measured times: ``edgelab.schemes.n_map``).
+  (eq4 computes it from measured times: ``edgelab.emulation.schemes.n_map``).
 
 Every stage is a real inference on the device it is pinned to (by the
 device's resource), and the images go from the end device's worker to the
@@ -22,7 +22,7 @@ the job would take on the hierarchy (the report's fig3) is composed from
 these records, the tiers' links and a device model per tier; the records
 alone hold no added latency.
 
-Each tier runs one network, given by name (``edgelab.tier_models``), as a
+Each tier runs one network, given by name (``edgelab.models.tiers``), as a
 Keras model, or as a function that builds one; a device builds or receives
 it once per run.
 
@@ -45,11 +45,11 @@ import pandas as pd
 from distributed import get_worker, wait
 
 from edgelab.cluster import DeviceCluster, device_resource, scheduler_workers
-from edgelab.errors import ClusterError, ConfigError
-from edgelab.hierarchy import HierarchySpec
-from edgelab.schemes import SCHEMES
-from edgelab.seeding import seeded
-from edgelab.tier_models import TIER_NETWORK_NAMES, TIER_NETWORKS, build_tier_network
+from edgelab.common.errors import ClusterError, ConfigError
+from edgelab.common.seeding import seeded
+from edgelab.emulation.schemes import SCHEMES
+from edgelab.emulation.tiers import HierarchySpec
+from edgelab.models.tiers import TIER_NETWORK_NAMES, TIER_NETWORKS, build_tier_network
 
 #: The report's task size: images (or answers) per communication.
 TASK_SIZE = 50
@@ -367,7 +367,7 @@ def _infer(key: str, tier: str, task: int, images: np.ndarray) -> dict[str, Any]
     """One stage of one task on this device: its answers and what it cost."""
     model = _NETWORKS[key, tier]
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    # Pixels scaled to [0, 1]: what the networks are trained on (edgelab.models.prepare_images does the same).
+    # Pixels scaled to [0, 1]: what the networks are trained on (edgelab.models.builtin.prepare_images does the same).
     # One batch per task: predict_on_batch skips predict()'s per-call set-up (60 ms against MobileNet's 2 ms).
     scores = model.predict_on_batch(np.asarray(images, np.float32) / np.float32(255.0))
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0

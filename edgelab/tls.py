@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 ROLES = ("scheduler", "worker", "client")
 

@@ -36,22 +36,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import async_schedule, round_wire, runtime
+from edgelab import round_wire, runtime
 from edgelab.allreduce import Ring
 from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.common.errors import ConfigError, DeviceOutOfMemory
+from edgelab.common.wire import Flat, Packed, pack
 from edgelab.data import Dataset, partition, shared_subset_split
-from edgelab.device_model import FIT_CELLS, DeviceModel
-from edgelab.device_model import for_profile as device_model_for
-from edgelab.errors import ConfigError, DeviceOutOfMemory
+from edgelab.emulation import async_schedule
+from edgelab.emulation.device_model import FIT_CELLS, DeviceModel
+from edgelab.emulation.device_model import for_profile as device_model_for
+from edgelab.emulation.timeline import Topology
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
 from edgelab.gossip import GossipRing, build_topology
-from edgelab.models import ModelSpec
+from edgelab.models.builtin import ModelSpec
+from edgelab.models.user import UserModel, check_data
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy, fused
 from edgelab.sync.aggregate import RunningMean
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
 from edgelab.sync.local_sgd import SyncPeriod
-from edgelab.timeline import Topology
 from edgelab.train_config import (
     PARTITIONS,
     PHASES,
@@ -65,8 +68,6 @@ from edgelab.train_config import (
     samples_per_device,
     steps_per_device,
 )
-from edgelab.user_model import UserModel, check_data
-from edgelab.wire import Flat, Packed, pack
 
 __all__ = [
     "PARTITIONS",
@@ -153,12 +154,12 @@ def train(
     failures (``edgelab.faults``).
 
     Under ``strategy="ps_async"`` the updates are applied one at a time in the
-    order they reach the server on the emulated clock (``edgelab.async_schedule``,
+    order they reach the server on the emulated clock (``edgelab.emulation.async_schedule``,
     with ``device_model``'s step times and ``topology``'s links; defaults: the
     profile's device model, ``Topology()``); every device keeps one batch in
     flight, trained from the weights as they were when it pulled them.
     Under ``cfg.memory_budget_mb``, what a step needs is first measured on the
-    first device in a fresh process (``edgelab.memory_probe``); a run that
+    first device in a fresh process (``edgelab.emulation.memory_probe``); a run that
     needs more raises ``DeviceOutOfMemory`` before any training.
     ``transport`` (``TRANSPORTS``) is how rounds reach the devices; it changes
     the host's wall time, never the result. Under ``"allreduce"`` (synchronous
@@ -279,7 +280,7 @@ def train(
             progress.append({"updates": updates, "samples_seen": samples, **scores})
 
     try:
-        # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.wire).
+        # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.common.wire).
         weights = Flat(*pack(fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))))
         if cfg.strategy == "gossip":
             # No global model: each device keeps its own weights; evaluations read their mean (edgelab.gossip).

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.devices import DeviceProfile
-from edgelab.errors import ConfigError, DeviceMemoryError
-from edgelab.model_costs import activation_floats_per_sample, input_floats_per_sample, layers, weight_count
-from edgelab.models import ModelSpec, check_model
+from edgelab.common.errors import ConfigError, DeviceMemoryError
+from edgelab.emulation.profiles import DeviceProfile
+from edgelab.models.builtin import ModelSpec, check_model
+from edgelab.models.costs import activation_floats_per_sample, input_floats_per_sample, layers, weight_count
+from edgelab.models.user import UserModel, user_model
 from edgelab.sync import STRATEGIES
 from edgelab.sync.deadline import LATE_POLICIES, build_deadline
 from edgelab.sync.local_sgd import PERIOD_RULES
-from edgelab.user_model import UserModel, user_model
 
 WORKER_DATA = ("shard", "full")
 PARTITIONS = ("iid", "label")
@@ -53,10 +53,10 @@ class TrainConfig:
     Parameters
     ----------
     model
-        A built-in model's name (``"mlp"``, ``"cnn"``, ``"resnet<6n+2>"``: ``edgelab.models``), or
+        A built-in model's name (``"mlp"``, ``"cnn"``, ``"resnet<6n+2>"``: ``edgelab.models.builtin``), or
         the user's own: a Keras model (training starts from its weights) or a function of no
         arguments that builds one (built once, under ``seed``). It becomes a
-        ``edgelab.user_model.UserModel``, named in results by ``UserModel.key``.
+        ``edgelab.models.user.UserModel``, named in results by ``UserModel.key``.
     n_devices
         Devices that train (the parameter server is not one of them).
     epochs, batch_size

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgelab.allreduce import check_weights, slice_bounds
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 
 @pytest.mark.parametrize(("length", "n"), [(10, 3), (109_386, 10), (3, 5), (0, 2), (7, 1)])

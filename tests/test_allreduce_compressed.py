@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.faults import Kill
 from edgelab.peer_messages import serialized
 from edgelab.sync.compress import build_compressor

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.train import TrainConfig, TrainRun
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -33,12 +33,12 @@ from edgelab.channel import (
     send_message,
 )
 from edgelab.cluster import DeviceCluster, connect
+from edgelab.common.wire import Flat, Packed
 from edgelab.data import Dataset
 from edgelab.fleet import CHANNELS_ENV
 from edgelab.runtime import PLUGIN_NAME
 from edgelab.tls import make_certificates
 from edgelab.train import TrainConfig, train
-from edgelab.wire import Flat, Packed
 
 
 def _echo_back(value: Any) -> Any:

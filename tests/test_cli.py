@@ -126,7 +126,7 @@ def test_unknown_profile_is_refused_naming_the_allowed_ones(capsys: pytest.Captu
 
 
 def test_notebook_ids_are_catalog_ids_and_each_rendered_once() -> None:
-    from edgelab import catalog
+    from edgelab.report import catalog
 
     ids = [i for nb_ids in cli.NOTEBOOK_IDS.values() for i in nb_ids]
     assert len(ids) == len(set(ids))

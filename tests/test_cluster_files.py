@@ -34,7 +34,7 @@ from check_jsonschema.builtin_schemas import get_builtin_schema
 
 from edgelab import shaped_hosts
 from edgelab.cluster import TIER, device_names, device_resource, tier_resource
-from edgelab.devices import get_profile
+from edgelab.emulation.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "cluster" / "compose"

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import MALLOC_TRIM, ONEDNN, ONEDNN_ISA, DeviceCluster, connect, start_environ
+from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ClusterError, ConfigError
-from edgelab.models import ModelSpec, parameter_count
+from edgelab.models.builtin import ModelSpec, parameter_count
 from edgelab.runtime import PLUGIN_NAME, initial_weights
 from edgelab.train import TrainConfig, TrainRun, train
 
@@ -528,9 +528,9 @@ def test_round_zero_costs_what_later_rounds_cost(
 def test_a_real_cluster_by_address_reports_measured_wall_time(
     cluster: DeviceCluster, dataset: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from edgelab.common.results import ResultsStore
     from edgelab.experiments import park2020_lenet as lenet
     from edgelab.figures.park2020 import render_lenet
-    from edgelab.results import ResultsStore
 
     # Prepare: the test cluster reached the way a real one is, by its scheduler's address
     monkeypatch.setenv("EDGELAB_DATA_DIR", str(tmp_path / "no-data"))

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from edgelab import cluster
-from edgelab.devices import get_profile
+from edgelab.emulation.profiles import get_profile
 
 SPEC = Path(__file__).resolve().parents[1] / "cluster" / "emulated-pi3b.yaml"
 

@@ -16,7 +16,7 @@ from edgelab.collectives import (
     neighbours,
     simulate,
 )
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.experiments import qiao_comm_architectures as exp
 
 
@@ -155,7 +155,7 @@ def test_emulated_time_is_steps_in_sequence_each_a_latency_plus_its_busiest_port
 def test_patterns_on_real_workers_match_the_simulation_and_count_real_bytes(
     shared_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
 
     # Prepare: three workers and one server (four device processes), real LeNet-MLP gradients
     monkeypatch.delenv("EDGELAB_SCHEDULER", raising=False)

@@ -10,7 +10,7 @@ import pytest
 
 from edgelab import device_scheduling
 from edgelab.cluster import connect
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 

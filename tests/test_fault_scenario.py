@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from edgelab import shaped_hosts
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.faults import Kill, KillSchedule
 
 PHASES = {"load": 1, "train": 10}

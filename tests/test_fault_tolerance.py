@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import device_resource
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.experiments.zhang2018_faults import FaultsParams
 from edgelab.fault_tolerance import FaultClock, check_job, default_fail_after, failing_devices, run_job
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.tiered import deploy
 
 END = HierarchySpec((replace(ZHANG2018.tiers[0], devices=4),), "four-ends")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.sync.local_sgd import SyncPeriod
 from edgelab.train import TrainConfig, phase_counts, train
 from edgelab.train_config import clients_of_round

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.faults import Kill
 from edgelab.gossip import build_topology, metropolis_row, mix
 from edgelab.peer_messages import serialized

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore, StoredRun
 from edgelab.data import Dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import get_profile
 from edgelab.experiments import qiao_grad_compression as exp
 from edgelab.figures import qiao_grad_compression as fig
-from edgelab.model_costs import weight_count
-from edgelab.results import ResultsStore, StoredRun
+from edgelab.models.costs import weight_count
 
 
 def _plan(dataset: Dataset, **params: object) -> exp.Plan:

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
-from edgelab.devices import get_profile
+from edgelab.common.results import ResultsStore
+from edgelab.emulation.profiles import get_profile
 from edgelab.experiments import harness
-from edgelab.results import ResultsStore
 
 
 @dataclass

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.profiles import get_profile
 from edgelab.figures import jeon_cluster as jc
-from edgelab.verdict import Basis
+from edgelab.report.verdict import Basis
 
 # A few of the paper's rows, in the reference files' tidy form, so the tests do not depend on their transcription.
 PAPER = {

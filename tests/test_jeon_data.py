@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from sklearn.metrics import f1_score
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.figures import jeon_data as jd
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis
+from edgelab.report.manifest import ReportItem
+from edgelab.report.verdict import Basis
 
 COMMON = {"notebook": "test", "parameters": {"profile": "test"}, "data_source": {"name": "hand-made"}}
 NAMES = [f"class{i}" for i in range(10)]

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from edgelab.figures.jeon import time_order_checks
-from edgelab.verdict import MIN_REPEATS, Basis, decide, noise_of
+from edgelab.report.verdict import MIN_REPEATS, Basis, decide, noise_of
 
 
 def _times(pipeline: float, ensemble: float, single: float) -> pd.Series:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.common.errors import ConfigError, DeviceMemoryError
 from edgelab.experiments import park2020_lenet as lenet
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT
+from edgelab.common.errors import ConfigError
+from edgelab.common.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 #: Parameters that name a place, not a choice: any string is a path or an address.

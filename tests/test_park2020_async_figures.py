@@ -12,16 +12,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.device_model import for_profile
-from edgelab.devices import get_profile
+from edgelab.common.results import StoredRun
+from edgelab.emulation.device_model import for_profile
+from edgelab.emulation.profiles import get_profile
 from edgelab.experiments.park2020_async import AsyncSummary
 from edgelab.figures import park2020_async as fig3
 from edgelab.figures import park2020_diagrams as diagrams
-from edgelab.model_costs import parameter_count, weight_count
-from edgelab.report import STATUSES
-from edgelab.results import StoredRun
+from edgelab.models.costs import parameter_count, weight_count
+from edgelab.report.manifest import STATUSES
+from edgelab.report.verdict import Verdict
 from edgelab.train_config import TrainConfig
-from edgelab.verdict import Verdict
 
 N = 3
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.device_model import for_profile
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.device_model import for_profile
 from edgelab.experiments import park2020_async, park2020_resnet
 
 

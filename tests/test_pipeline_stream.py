@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster, connect
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.pipeline.partition import partition, stage_model
 from edgelab.pipeline.stream import Placement, StageSpec, stream
 

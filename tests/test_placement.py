@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tiers import ZHANG2018
 from edgelab.experiments import qiao_placement
 from edgelab.experiments.qiao_placement import PlacementParams
-from edgelab.hierarchy import ZHANG2018
 from edgelab.placement import Chain, exhaustive, greedy, hop_s, hosts_of, latency
 
 SPEC = ZHANG2018.scaled(end=2, edge=1, cloud=1)  # hosts: end-0 (the source), edge-0, cloud-0
@@ -101,9 +101,9 @@ def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str
 
 
 def test_a_cut_network_becomes_a_chain_of_its_stages_with_the_bytes_that_cross() -> None:
+    from edgelab.emulation.tier_clock import zhang2018_calibration
+    from edgelab.models.tiers import build_tier_network
     from edgelab.pipeline import partition
-    from edgelab.tier_clock import zhang2018_calibration
-    from edgelab.tier_models import build_tier_network
 
     cut = partition(build_tier_network("mobilenet"), 3)
     calibration = zhang2018_calibration()

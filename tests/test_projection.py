@@ -1,4 +1,4 @@
-"""From stored runs to items: edgelab.projection, park2020_lenet.summarize, render_lenet, the manifest, calibrate.
+"""From stored runs to items: edgelab.emulation.projection, park2020_lenet.summarize, render_lenet, the manifest, calibrate.
 
 The stored runs here are hand-made, with CPU seconds, bytes and wall times
 chosen so that every projected number can be worked out by hand.
@@ -12,17 +12,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from edgelab import catalog
-from edgelab.device_model import for_profile
-from edgelab.devices import calibrate, get_profile
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.emulation.device_model import for_profile
+from edgelab.emulation.profiles import calibrate, get_profile
+from edgelab.emulation.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments import park2020_lenet as lenet
 from edgelab.figures.park2020 import render_lenet
-from edgelab.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
-from edgelab.report import PARK2020_IDS, ReportItem, update_manifest
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Noise, decide
+from edgelab.report import catalog
+from edgelab.report.manifest import PARK2020_IDS, ReportItem, update_manifest
+from edgelab.report.verdict import Basis, Noise, decide
 
 PI3B = get_profile("pi3b")
 N_TRAIN = 1920

@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore
 from edgelab.data import Dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import get_profile
 from edgelab.experiments import harness
 from edgelab.experiments import qiao_fedavg as exp
 from edgelab.figures import qiao_fedavg as fig
-from edgelab.model_costs import weight_count
-from edgelab.results import ResultsStore
+from edgelab.models.costs import weight_count
 from edgelab.runtime import serialized_bytes
 from edgelab.sync.compress import build_compressor
 from edgelab.train import TrainConfig

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore, StoredRun
 from edgelab.experiments import qiao_parallelism as exp
 from edgelab.figures import qiao_parallelism as figures
-from edgelab.results import ResultsStore, StoredRun
 
 SMALL = {
     "stages": [2],

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore
 from edgelab.experiments import qiao_pipeline_training as exp
-from edgelab.results import ResultsStore
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def _small_dense() -> object:
     """A user's own network: 28x28 digits through two dense layers."""
     import keras
 
-    from edgelab.seeding import seeded
+    from edgelab.common.seeding import seeded
 
     with seeded(5):
         inputs = keras.Input((28, 28), name="digits")
@@ -59,7 +59,7 @@ def test_bad_parameters_are_refused_before_anything_is_built(kwargs: dict, param
 
 
 def test_the_four_blocks_weights_depend_on_the_seed_alone_and_the_blocks_balance() -> None:
-    from edgelab.pipeline.partition import layer_costs
+    from edgelab.models.graph import layer_costs
 
     # Execute
     first, again, other = exp.four_blocks(seed=3), exp.four_blocks(seed=3), exp.four_blocks(seed=4)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster, connect
+from edgelab.common.errors import ConfigError, WorkerLostError
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError, WorkerLostError
+from edgelab.emulation.profiles import get_profile
 from edgelab.faults import Kill, KillSchedule
 from edgelab.fleet import POLL_S
 from edgelab.train import PHASES, TrainConfig, TrainRun, phase_counts, train

@@ -17,10 +17,10 @@ import pytest
 
 from edgelab import round_wire
 from edgelab.channel import Channels, ChannelServer
-from edgelab.models import ModelSpec
+from edgelab.common.wire import Flat, Packed
+from edgelab.models.builtin import ModelSpec
 from edgelab.runtime import RoundTask
 from edgelab.sync.compress import build_compressor
-from edgelab.wire import Flat, Packed
 
 ADDRESS = "tcp://127.0.0.1:9100"
 

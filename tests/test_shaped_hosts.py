@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from edgelab import shaped_hosts as sh
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.errors import ClusterError, ConfigError
 
 PREFIX = "elt"  # not the default "el": a user's own shaped cluster is left alone
 

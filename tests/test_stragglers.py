@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline, slowness
 from edgelab.train import TrainConfig, train
 

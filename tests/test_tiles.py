@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from edgelab.cluster import DeviceCluster, connect
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
 from edgelab.pipeline import tiles
-from edgelab.seeding import seeded
 
 
 def _stack(shape: tuple[int, int, int], *layers: object, seed: int = 0, name: str = "stack") -> object:
@@ -206,9 +206,9 @@ def four_devices() -> Iterator[DeviceCluster]:
 def test_tiles_on_four_devices_stitch_to_the_untiled_output_and_render(
     four_devices: DeviceCluster, plantvillage_dir: Path, tmp_path: Path
 ) -> None:
+    from edgelab.common.results import ResultsStore
     from edgelab.experiments import qiao_tiles as exp
     from edgelab.figures import qiao_tiles as figure
-    from edgelab.results import ResultsStore
 
     # Prepare: the VGG-like stack (cheap) on a 48x48 leaf, 1x1 and 2x2 tiles
     plan = exp.prepare(network="vgg", image_size=48, grids=[1, 2], repeats=1, data_dir=str(plantvillage_dir))
@@ -241,9 +241,9 @@ def test_tiles_on_four_devices_stitch_to_the_untiled_output_and_render(
 def test_a_users_network_is_tiled_and_stitched_like_the_built_ins(
     four_devices: DeviceCluster, plantvillage_dir: Path, tmp_path: Path
 ) -> None:
+    from edgelab.common.results import ResultsStore
     from edgelab.experiments import qiao_tiles as exp
     from edgelab.figures import qiao_tiles as figure
-    from edgelab.results import ResultsStore
 
     plan = exp.prepare(network=_users_convnet, upto=4, grids=[2], repeats=1, data_dir=str(plantvillage_dir))
     key = plan.run_params(plan.runs[0])["network"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from edgelab.devices import get_profile, with_memory
-from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.common.errors import ConfigError, DeviceMemoryError
+from edgelab.emulation.profiles import get_profile, with_memory
 from edgelab.train import TrainConfig, check, estimate_memory_mb, samples_per_device
 
 MB = 2**20

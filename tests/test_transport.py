@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.fleet import TRANSPORTS, Fleet
-from edgelab.models import ModelSpec, build_model
+from edgelab.models.builtin import ModelSpec, build_model
 from edgelab.runtime import ShardMissingError, get_weights, set_weights
 from edgelab.train import TrainConfig, TrainRun, train
 

@@ -17,8 +17,8 @@ import pytest
 
 from edgelab.allreduce import subtree_mean, tree_links
 from edgelab.cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.faults import Kill
 from edgelab.peer_messages import serialized
 from edgelab.sync.aggregate import weighted_mean

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab import verdict
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.experiments import zhang2018_tiers as exp
-from edgelab.tier_models import saved_bytes
+from edgelab.models.tiers import saved_bytes
+from edgelab.report import verdict
 
 
 @pytest.mark.parametrize(
@@ -166,9 +166,9 @@ def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
 
 def test_a_coarse_only_network_trained_alone_gives_a_numeric_table_and_its_text(cifar10_dir: object) -> None:
     # MobileNet answers only coarse labels: its fine accuracy is missing, and once was None in an object column
+    from edgelab.common.results import StoredRun
     from edgelab.experiments.harness import run_key
     from edgelab.figures.zhang2018_tiers import accuracy_text
-    from edgelab.results import StoredRun
 
     plan = exp.prepare(data_dir=str(cifar10_dir), accuracy_networks=["mobilenet"], networks=["mobilenet"])
     [run] = [r for r in plan.runs if isinstance(r, exp.AccuracyRun)]

@@ -59,8 +59,8 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
         os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from edgelab import device_scheduling, runtime
-    from edgelab.models import ModelSpec
-    from edgelab.wire import Flat, aligned_empty, pack
+    from edgelab.common.wire import Flat, aligned_empty, pack
+    from edgelab.models.builtin import ModelSpec
 
     if own_process:
         device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
@@ -147,8 +147,8 @@ def _connect_and_run(
     n: int, start: Callable[[int], None], *, rounds: int, repeats: int, batch: int
 ) -> list[dict[str, Any]]:
     """Listen, ``start(port)`` the ``n`` devices, accept them, then ``repeats`` runs of ``rounds`` rounds."""
-    from edgelab.models import ModelSpec, build_model
-    from edgelab.wire import pack
+    from edgelab.common.wire import pack
+    from edgelab.models.builtin import ModelSpec, build_model
 
     cores = len(os.sched_getaffinity(0))
     _, (initial,) = pack(build_model(ModelSpec("mlp")).get_weights())

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from edgelab.common.errors import ConfigError
 from edgelab.data.dataset import Dataset
 from edgelab.data.partition import partition, shard_sizes, shared_subset_split
-from edgelab.errors import ConfigError
 
 __all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes", "shared_subset_split"]
 

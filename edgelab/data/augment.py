@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.fleet import Fleet
 
 #: Chosen here (the paper names the layers, not their settings).

@@ -44,9 +44,9 @@ import numpy as np
 import PIL
 from PIL import Image
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import default_data_dir, keras_get_file, reference_sha256, sha256_file, verify_checksum
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 VARIANTS = ("auto", "full_jpeg", "lossless_subset", "package_sample")
@@ -407,7 +407,7 @@ def _decode_jpegs(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _disk_copy(key: tuple[str, int, int]) -> Path:
     """Where the decoded arrays of one JPEG file (as it is now, by this Pillow) are kept between processes."""
-    from edgelab.paths import cache_dir
+    from edgelab.common.paths import cache_dir
 
     ident = "|".join(map(str, (*key, f"Pillow {PIL.__version__}", _DISK_CACHE_REVISION)))
     return cache_dir() / "decoded" / f"cifar10-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.npz"

@@ -40,12 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
+
 # The unpickler and checksum lookup are cifar10's: one audited copy of each for the same file family.
 from edgelab.data.cifar10 import CLASS_NAMES as CIFAR10_CLASS_NAMES
 from edgelab.data.cifar10 import _ArrayUnpickler, _verify, load_cifar10
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import default_data_dir, keras_get_file, sha256_file
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 LABELS = ("fine", "coarse")
 VARIANTS = ("auto", "sample", "cifar10_standin")

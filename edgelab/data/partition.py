@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 SCHEMES = ("iid", "label")
 

@@ -34,9 +34,9 @@ import numpy as np
 import PIL
 from PIL import Image
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, verify_checksum
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 # The paper used Kaggle's PlantVillage; this Kaggle copy holds the 10 tomato class folders.
 KAGGLE_DATASET = "emmarex/plantdisease"

@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from edgelab import progress as progress_file
 from edgelab.cluster import DeviceCluster, connect
-from edgelab.devices import DeviceProfile, calibrate
-from edgelab.errors import ConfigError
-from edgelab.results import ResultsStore, StoredRun, run_key
+from edgelab.common import progress as progress_file
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore, StoredRun, run_key
+from edgelab.emulation.profiles import DeviceProfile, calibrate
 
 P = TypeVar("P")
 
@@ -134,9 +134,9 @@ def missing_dataset(name: str, data_dir: str | None = None, **options: Any) -> s
 
     A dataset found loadable is remembered for this process; a missing one is looked for again each time.
     """
+    from edgelab.common.errors import DataError
     from edgelab.data import load_dataset
     from edgelab.data.sources import default_data_dir
-    from edgelab.errors import DataError
 
     where = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     key = (name, str(where.resolve()), os.environ.get("EDGELAB_OFFLINE"), *sorted(options.items()))

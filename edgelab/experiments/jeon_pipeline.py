@@ -16,7 +16,7 @@ The runs, in order, each stored as it finishes (``edgelab.experiments.harness``)
 5. ``fault``: the pipeline with one stage's device killed mid-stream (the pods' restart policy).
 
 ``summarize`` puts every stream on the emulated clock of the Pi 4B profile
-(``edgelab.pipeline.timeline``); ``edgelab.figures.jeon`` renders the items.
+(``edgelab.emulation.stream_clock``); ``edgelab.figures.jeon`` renders the items.
 """
 
 from __future__ import annotations
@@ -28,25 +28,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks
 from edgelab.cluster import DeviceCluster, device_names
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError, DeviceMemoryError
 from edgelab.data import Dataset, load_dataset
 from edgelab.data import augment as augmentation
 from edgelab.data.plantvillage import MIN_IMAGE_SIZE
-from edgelab.devices import DeviceProfile, get_profile, with_memory
-from edgelab.errors import ConfigError, DeviceMemoryError
+from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.pipeline.partition import (
-    Partition,
-    flat_mobilenet_v2,
-    jeon_cuts,
-    layer_costs,
-    partition,
-    stage_model,
-)
+from edgelab.models.graph import layer_costs
+from edgelab.models.mobilenet import flat_mobilenet_v2
+from edgelab.models.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, preprocess
+from edgelab.pipeline.partition import Partition, jeon_cuts, partition, stage_model
 from edgelab.pipeline.stream import Placement, StageSpec, StreamResult, stream
-from edgelab.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, preprocess
 
 EXPERIMENT = "jeon_pipeline"
 # 2: device workers run TensorFlow's oneDNN kernels (edgelab.cluster): the same math in another
@@ -224,7 +219,7 @@ class Plan(harness.Plan):
             summary = {**base, "settings": augmentation.AUGMENTATION, "dataset": self.dataset.provenance()}
             return summary, {"per_class": per_class}, {"x": x, "y": y}
         if run[0] == "train":
-            from edgelab import transfer
+            from edgelab.models import transfer
 
             augmented = store.get(self.run_params(("augment",)))
             cfg = self.training(run[1])
@@ -263,7 +258,7 @@ class Plan(harness.Plan):
         An ensemble member is its weights on the members' one architecture (a ``StageSpec``): the
         five have the same layers, so one build serves them all, where five cost the client ~6 s more.
         """
-        from edgelab import transfer
+        from edgelab.models import transfer
 
         if name not in self.built:
             trained = store.get(self.run_params(("train", name)))

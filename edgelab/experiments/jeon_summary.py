@@ -1,6 +1,6 @@
 """Jeon et al.: every stored run read on the emulated clock of its device profile.
 
-Streams are composed by ``edgelab.pipeline.timeline`` from their measured
+Streams are composed by ``edgelab.emulation.stream_clock`` from their measured
 stage records with the speed factor of the calibration the runs recorded (the
 Pi 4B's assumed nominal rate against this host's measured GEMM rate): one
 device model for every mode, nothing fitted to the paper. Accuracy and F1 are
@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import f1_score
 
-from edgelab.devices import DeviceProfile
+from edgelab.common.results import StoredRun
+from edgelab.emulation.profiles import DeviceProfile
+from edgelab.emulation.stream_clock import EmulatedStream, compose
 from edgelab.experiments.harness import by_run
 from edgelab.experiments.jeon_pipeline import ENSEMBLE_PAIRS, MODES, Plan
-from edgelab.pipeline.timeline import EmulatedStream, compose
-from edgelab.results import StoredRun
 
 
 @dataclass
@@ -173,7 +173,7 @@ def host_contention(get: dict[tuple[Any, ...], StoredRun | None]) -> dict[str, f
     """Per stage: median CPU per micro-batch in the streams over the same work with no other device computing.
 
     Separate boards do not share caches; five worker processes on this host's
-    two cores do, and their CPU time grows with it (as edgelab.projection
+    two cores do, and their CPU time grows with it (as edgelab.emulation.projection
     measures for Park et al.). A pipeline stage's own cost is measured by the
     ``solo`` run (one micro-batch in flight); an ensemble member's by the
     single-device run of the same network (a member differs only in its last

@@ -12,12 +12,12 @@ Three ways to synchronize, on the same devices and data (``edgelab.sync``):
 Fig 3a runs LeNet-CNN (MNIST; Table 2's setting) and ResNet 32x32 (CIFAR-10;
 Figure 5's) on ``devices`` devices for one epoch under each; Fig 3b evaluates
 asynchronous LeNet-CNN every ``eval_every`` updates on 1, 5 and 10 devices.
-Times are on the profile's device model (``edgelab.device_model``) and
+Times are on the profile's device model (``edgelab.emulation.device_model``) and
 projected to the paper's epoch: ``steps per device in the paper's epoch /
 steps measured`` times the measured time. They are deterministic (counted
 steps, FLOPs and bytes; the asynchronous order replayed on that clock).
 
-Accuracies are trained values, judged with three runs (``edgelab.verdict.
+Accuracies are trained values, judged with three runs (``edgelab.report.verdict.
 MIN_REPEATS``): every whole-epoch run (LeNet-CNN's three methods and Fig 3b's
 asynchronous curves) runs ``repeats`` times, repeat ``r`` with the seed
 ``seed + r``. ResNet's runs train ``resnet_max_steps`` batches, whose accuracy
@@ -34,20 +34,21 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import checks, timeline
 from edgelab.cluster import DeviceCluster
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.device_model import DeviceModel, for_profile
-from edgelab.devices import DeviceProfile, get_profile, with_memory
-from edgelab.errors import ConfigError
+from edgelab.emulation import timeline
+from edgelab.emulation.device_model import DeviceModel, for_profile
+from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.models import check_model
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
+from edgelab.models.builtin import check_model
+from edgelab.models.user import UserModel, check_data, user_model
 from edgelab.train import TrainConfig, check, train
 from edgelab.train_config import WORKER_DATA, steps_per_device
-from edgelab.user_model import UserModel, check_data, user_model
 
 EXPERIMENT = "park2020_async"
 # 2: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without

@@ -11,12 +11,12 @@ The notebook ``notebooks/park2020_lenet.ipynb`` calls, in order:
 
 The cells at the smallest and the largest device count run ``repeats`` times,
 so every item shows the run-to-run noise its verdict is weighed against (a
-measured value is judged with three runs, ``edgelab.verdict.MIN_REPEATS``).
+measured value is judged with three runs, ``edgelab.report.verdict.MIN_REPEATS``).
 A repeat is one of two kinds:
 
 * ``repeat_steps`` an integer (smoke): the repeat keeps its cell's seed and
   trains at most that many batches per device, projected to the whole epoch
-  (``edgelab.projection``). With the same seed it would train the first run's
+  (``edgelab.emulation.projection``). With the same seed it would train the first run's
   weights bit for bit, so it adds only the spread of the measured CPU clocks
   (and, when it trains the whole epoch, of the host's memory): the cell's
   accuracy is the first run's, one run.
@@ -38,19 +38,19 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster, device_names
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.device_model import FIT_CELLS, DeviceModel
-from edgelab.device_model import for_profile as device_model_for
-from edgelab.devices import DeviceProfile, get_profile, with_memory
-from edgelab.errors import ConfigError
+from edgelab.emulation.device_model import FIT_CELLS, DeviceModel
+from edgelab.emulation.device_model import for_profile as device_model_for
+from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
+from edgelab.emulation.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.faults import KillSchedule
-from edgelab.models import parameter_count
-from edgelab.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
-from edgelab.reference import load_reference
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
+from edgelab.models.builtin import parameter_count
+from edgelab.report.reference import load_reference
 from edgelab.train import TrainConfig, check, phase_counts, samples_per_device, steps_per_device, train
 
 EXPERIMENT = "park2020_lenet"
@@ -329,7 +329,7 @@ run = harness.run
 class LenetSummary:
     """Every run read on its clocks, and how each clock was set."""
 
-    runs: pd.DataFrame  # one row per (run, clock): see edgelab.projection.run_summary
+    runs: pd.DataFrame  # one row per (run, clock): see edgelab.emulation.projection.run_summary
     calibration: dict[str, Any]  # per model: the fitted cell, the factors, the host measurement
     dataset: dict[str, Any]
     topology: Topology

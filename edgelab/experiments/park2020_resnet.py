@@ -1,7 +1,7 @@
 """Park et al. 2020, ResNet on CIFAR-10: Figures 5-7, Tables 3-4 (and the live diagrams of Figures 1-2).
 
 Every cell of the depth x batch x device-count grid trains the CIFAR ResNet
-v1 (``edgelab.models``) with synchronous parameter-server SGD on the emulated
+v1 (``edgelab.models.builtin``) with synchronous parameter-server SGD on the emulated
 Pi 3B devices, each device on its 1/N shard (MXNet's ``train_cifar10.py``
 splits the data by worker). A run trains the first ``max_steps`` batches of
 each device's epoch and projects the rest: under per-batch synchronization
@@ -9,7 +9,7 @@ every round of an epoch costs the same, so the epoch takes
 ``rounds per epoch / rounds measured`` times the measured rounds (stated on
 every item). Table 4's run trains several epochs on ten devices.
 
-Emulated time comes from the profile's device model (``edgelab.device_model``,
+Emulated time comes from the profile's device model (``edgelab.emulation.device_model``,
 fitted on LeNet's two 1-device cells and nothing of this experiment's); a
 speed factor fitted on this experiment's own 1-device 32x32 cell (20,000 s)
 is kept beside it as the labelled per-table alternative.
@@ -22,7 +22,7 @@ sweep goes on. Its analytic estimate (``edgelab.train_config.estimate_memory_mb`
 is computed before any cluster work and shown beside the measurement. The
 need is a host measurement: ``memory_repeats`` probes of each configuration
 (fresh processes) give its median and spread, and the items judge it with
-three (``edgelab.verdict.MIN_REPEATS``); the outcome is the first probe's.
+three (``edgelab.report.verdict.MIN_REPEATS``); the outcome is the first probe's.
 """
 
 from __future__ import annotations
@@ -36,17 +36,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import runtime, timeline
+from edgelab import runtime
 from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.common.errors import ConfigError, DeviceOutOfMemory
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.device_model import DeviceModel, for_profile
-from edgelab.devices import DeviceProfile, get_profile, with_memory
-from edgelab.errors import ConfigError, DeviceOutOfMemory
+from edgelab.emulation import timeline
+from edgelab.emulation.device_model import DeviceModel, for_profile
+from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.model_costs import parameter_count, weight_count
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
+from edgelab.models.costs import parameter_count, weight_count
 from edgelab.train import TrainConfig, check, probe_memory_needs, train
 
 EXPERIMENT = "park2020_resnet"

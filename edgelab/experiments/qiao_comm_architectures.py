@@ -27,19 +27,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks, collectives, verdict
+from edgelab import collectives
 from edgelab.cluster import DeviceCluster
 from edgelab.collectives_worker import CollectiveRun
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.compressed_p2p import DEFAULT_COMPRESSORS, check_compressors
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
 from edgelab.experiments import harness, qiao_comm_compressed
 from edgelab.experiments.harness import Outcome
 from edgelab.experiments.qiao_comm_compressed import CompressedRun
-from edgelab.models import MODELS, ModelSpec
-from edgelab.results import StoredRun
-from edgelab.user_model import UserModel, check_data, user_model
+from edgelab.models.builtin import MODELS, ModelSpec
+from edgelab.models.user import UserModel, check_data, user_model
+from edgelab.report import verdict
 
 EXPERIMENT = "qiao_comm_architectures"
 MEASUREMENT_REVISION = 1
@@ -63,7 +65,7 @@ class CommParams:
     profile: str = "smoke"
     worker_counts: tuple[int, ...] = (2, 4)
     servers: int = 1
-    model: Any = "mlp"  # a built-in name (edgelab.models), or a Keras model or a function that builds one
+    model: Any = "mlp"  # a built-in name (edgelab.models.builtin), or a Keras model or a function that builds one
     batch_size: int = 32
     iterations: int = 3
     gossip_steps: int = 10

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from edgelab import collectives, compressed_p2p, verdict
+from edgelab import collectives, compressed_p2p
 from edgelab.cluster import DeviceCluster
 from edgelab.collectives_worker import CollectiveRun
+from edgelab.common.results import StoredRun
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.results import StoredRun
+from edgelab.report import verdict
 
 if TYPE_CHECKING:
     from edgelab.experiments.qiao_comm_architectures import Plan

@@ -4,7 +4,7 @@ Qiao et al. name Deep Compression's pipeline (pruning, quantization, Huffman
 coding) and give no numbers. Here edgelab's LeNet-5 (``cnn``) is trained on
 MNIST, then for each sparsity of the sweep its kernels are pruned by
 magnitude and fine-tuned, converted to a full-int8 TensorFlow Lite model and
-DEFLATE-coded (``edgelab.compression``). Each stage's model is measured: its
+DEFLATE-coded (``edgelab.models.compression``). Each stage's model is measured: its
 bytes, its test accuracy and its latency on an emulated Pi: run in the
 device's Dask worker by a one-thread interpreter, one image per invoke, its
 thread CPU time after warm-up times the calibration's speed factor.
@@ -22,16 +22,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks, compression
 from edgelab.cluster import DeviceCluster, device_resource
-from edgelab.compression import STAGES, check_sparsity
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.models import ModelSpec, prepare_images
-from edgelab.results import StoredRun
+from edgelab.models import compression
+from edgelab.models.builtin import ModelSpec, prepare_images
+from edgelab.models.compression import STAGES, check_sparsity
 
 EXPERIMENT = "qiao_compression"
 MEASUREMENT_REVISION = 1
@@ -207,7 +208,7 @@ def _train(spec: ModelSpec, data: dict[str, np.ndarray], epochs: int, batch_size
     """On the device's worker: train the float model; its weights file, flatbuffer and test accuracy."""
     import keras
 
-    from edgelab.models import build_model
+    from edgelab.models.builtin import build_model
 
     keras.utils.clear_session()  # layer names (kept in the flatbuffer) count from zero every run
     model = build_model(spec)
@@ -235,7 +236,7 @@ def _compress(
     """On the device's worker: prune and fine-tune, quantize, code; each stage's model, bytes and accuracy."""
     import keras
 
-    from edgelab.models import build_model
+    from edgelab.models.builtin import build_model
 
     keras.utils.clear_session()
     model = build_model(spec)

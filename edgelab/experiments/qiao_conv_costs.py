@@ -5,7 +5,7 @@ MobileNet's depthwise separable one and their ratio 1/N + 1/K², MobileNet's
 "8 to 9 times less computation", that group convolution cuts cost (and
 ShuffleNet's channel shuffle mixes the groups), and SqueezeNet's "50 times
 less parameters" than AlexNet. Here every count comes from real Keras layers
-(``edgelab.keras_costs``) and is compared with the formula exactly; every
+(``edgelab.models.conv_costs``) and is compared with the formula exactly; every
 layer and network is also timed on one emulated Pi-class device worker: the
 CPU time its process spends per call after a warm-up (median of repeats),
 times the calibration's speed factor, is the emulated device time.
@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks, keras_costs
 from edgelab.cluster import DeviceCluster, device_resource
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.emulation.profiles import DeviceProfile, get_profile
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.keras_costs import NETWORKS, ConvShape, build_network
-from edgelab.results import StoredRun
+from edgelab.models import conv_costs as keras_costs
+from edgelab.models.conv_costs import NETWORKS, ConvShape, build_network
 
 EXPERIMENT = "qiao_conv_costs"
 MEASUREMENT_REVISION = 1

@@ -32,22 +32,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks
 from edgelab import early_exit as ee
 from edgelab import early_exit_routing as routing
 from edgelab.cluster import DeviceCluster, connect
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, calibrate, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, calibrate, get_profile
+from edgelab.emulation.tiers import HierarchySpec, Tier, start_hierarchy
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.hierarchy import HierarchySpec, Tier, start_hierarchy
-from edgelab.results import StoredRun
 
 EXPERIMENT = "qiao_early_exits"
 MEASUREMENT_REVISION = 2
 THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(11))
-#: What a tier's compute is measured against (its speed factor from ``edgelab.devices.calibrate``).
+#: What a tier's compute is measured against (its speed factor from ``edgelab.emulation.profiles.calibrate``).
 TIER_PROFILES = {"end": "pi3b", "edge": "pi4b", "cloud": "native"}
 #: qiao/C20's rule: some T cuts the bytes sent upward by at least this fraction of T = 0's ...
 MIN_BYTES_CUT = 0.5

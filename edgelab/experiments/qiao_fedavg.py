@@ -41,17 +41,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks
 from edgelab.cluster import DeviceCluster
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.device_model import for_profile as device_model_for
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.device_model import for_profile as device_model_for
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.timeline import compose
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.model_costs import weight_count
-from edgelab.results import StoredRun
-from edgelab.timeline import compose
+from edgelab.models.costs import weight_count
 from edgelab.train import TrainConfig, check, samples_per_device, steps_per_device, train
 from edgelab.train_config import PARTITIONS
 
@@ -60,7 +60,7 @@ EXPERIMENT = "qiao_fedavg"
 #    memory held, less warm-up CPU), and its many-batch loop is traced once for every shape: an
 #    epoch-long round 0 no longer holds a retrace in its measured CPU time (edgelab.runtime).
 MEASUREMENT_REVISION = 2
-MODEL = "mlp"  # LeNet-MLP (edgelab.models)
+MODEL = "mlp"  # LeNet-MLP (edgelab.models.builtin)
 PROFILES = ("smoke", "full")
 SWEEPS = ("one_at_a_time", "grid")
 #: What a run shows: plain FedAvg, FedAvg with the shared subset, with sketched updates, or local SGD.
@@ -314,7 +314,7 @@ def curves(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
 def summarize(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
     """A row per run: rounds, uploads, bytes up, final accuracy, and its time on the profile's device model.
 
-    The emulated time composes every round (``edgelab.timeline.compose``): the
+    The emulated time composes every round (``edgelab.emulation.timeline.compose``): the
     slowest trained device's compute from the device model (steps and samples),
     plus each device's pull and push over the profile's link.
     """

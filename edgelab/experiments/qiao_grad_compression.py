@@ -8,7 +8,7 @@ levels, top-k with local accumulation, random-k), and the server decodes
 before it averages. Each run records the serialized bytes every device sent,
 the global model's accuracy every few rounds, and the CPU time of every round
 (compression included), from which the emulated time per step on a slow link
-is composed (``edgelab.timeline.compose``).
+is composed (``edgelab.emulation.timeline.compose``).
 
 Beside the training runs, one device trains a few batches in fp32 from the
 seeded initial weights and returns the deltas it would send: their measured
@@ -36,14 +36,14 @@ import pandas as pd
 
 from edgelab import runtime
 from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.timeline import Topology, compose
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.results import StoredRun
 from edgelab.sync.compress import QSGD, RandomK, Sign, TernGrad, build_compressor
-from edgelab.timeline import Topology, compose
 from edgelab.train import train
 from edgelab.train_config import TrainConfig, check
 
@@ -339,7 +339,7 @@ def _deltas(plan: Plan, stored: list[StoredRun], repeat: int = 0) -> list[list[n
     return [[result.arrays[f"b{b}_l{i}"] for i in range(s["layers"])] for b in range(s["batches"])]
 
 
-#: LeNet-MLP's weights in Keras order (edgelab.models, "mlp"): 109,386 parameters.
+#: LeNet-MLP's weights in Keras order (edgelab.models.builtin, "mlp"): 109,386 parameters.
 LENET_MLP = ((784, 128), (128,), (128, 64), (64,), (64, 10), (10,))
 LAYERS = tuple(("kernel " if len(s) == 2 else "bias ") + "x".join(map(str, s)) for s in LENET_MLP)
 

@@ -5,7 +5,7 @@ stages, one per emulated device, trained with one batch in flight (GPipe's
 machinery, ``edgelab.pipeline.training``, with a single micro-batch: plain
 model parallelism). The single-worker run (K = 1) trains the same network on
 the same batches beside it. Every pass is put on the device's clock
-(``edgelab.pipeline.training_clock``), where the most passes running at once
+(``edgelab.emulation.training_clock``), where the most passes running at once
 and each stage's busy share are measured (qiao/C6), with the bytes of
 activations and gradients between stages and what each worker holds at its
 peak (qiao/C28). The split is layer-wise (inter-layer): the survey's l.221
@@ -23,12 +23,12 @@ single worker's run freed.
 
 fig3-1, data parallelism: LeNet-MLP on MNIST shards over N devices, under
 ``ps_sync`` and ``ps_async`` (``edgelab.train``, as ``park2020_async`` runs
-them), timed on the profile's device model (``edgelab.device_model``). The
+them), timed on the profile's device model (``edgelab.emulation.device_model``). The
 straggler sweep (qiao/C10) slows one device by s: for synchronous training
-post hoc and exactly (``edgelab.timeline.compose`` with that device's compute
+post hoc and exactly (``edgelab.emulation.timeline.compose`` with that device's compute
 times s; the weights do not depend on it); for asynchronous training the
 update order does, so the schedule is simulated again
-(``edgelab.async_schedule.run_schedule``) for throughput and staleness. The slowed
+(``edgelab.emulation.async_schedule.run_schedule``) for throughput and staleness. The slowed
 asynchronous runs are not trained again: their accuracy is not known.
 """
 
@@ -42,21 +42,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import async_schedule, timeline
 from edgelab.cluster import DeviceCluster, device_names, scheduler_workers
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
 from edgelab.data import partition as shard_indices
-from edgelab.device_model import FIT_CELLS, DeviceModel, for_profile
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation import async_schedule, timeline, training_clock
+from edgelab.emulation.device_model import FIT_CELLS, DeviceModel, for_profile
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.experiments.qiao_pipeline_training import FOUR_BLOCKS, four_blocks
-from edgelab.pipeline import training_clock
-from edgelab.pipeline.partition import LayerCost, Partition, layer_costs, partition
+from edgelab.models.graph import LayerCost, layer_costs
+from edgelab.pipeline.partition import Partition, partition
 from edgelab.pipeline.training import train_pipelined
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
 from edgelab.train import TrainConfig, check, train
 
 EXPERIMENT = "qiao_parallelism"
@@ -330,7 +330,7 @@ def wide_mlp(width: int, depth: int, *, seed: int = 0) -> Any:
     """
     import keras
 
-    from edgelab.seeding import seeded
+    from edgelab.common.seeding import seeded
 
     with seeded(seed):
         x = inputs = keras.Input((28, 28, 1), name="image")
@@ -348,7 +348,7 @@ def _addresses(cluster: DeviceCluster, devices: list[str]) -> list[str]:
 
 def _start_peak_window(dask_worker: Any = None) -> None:
     """On a worker: start a new peak-RSS window and note the RSS it starts from."""
-    from edgelab import process_memory
+    from edgelab.common import process_memory
 
     process_memory.reset_peak()
     _WINDOW["start"] = process_memory.rss_bytes()
@@ -356,7 +356,7 @@ def _start_peak_window(dask_worker: Any = None) -> None:
 
 def _peak_rise(dask_worker: Any = None) -> dict[str, Any]:
     """On a worker: its peak RSS since ``_start_peak_window`` above the RSS it started from (bytes)."""
-    from edgelab import process_memory
+    from edgelab.common import process_memory
 
     peak = process_memory.peak_bytes()
     name = dask_worker.name if dask_worker is not None else ""
@@ -561,7 +561,7 @@ def _async_schedule(
 ) -> pd.DataFrame:
     """An asynchronous run's schedule played again on the clock, one device slowed.
 
-    ``edgelab.async_schedule.run_schedule``, as ``edgelab.train`` called it
+    ``edgelab.emulation.async_schedule.run_schedule``, as ``edgelab.train`` called it
     for the run, on the steps each device took. With ``cycles`` > 1 every
     device goes through its shard that many times. Adds each update's
     ``samples``.

@@ -6,7 +6,7 @@ model or builder instead) trains on K emulated Pi-class devices with
 ``edgelab.pipeline.training``: GPipe's fill-drain schedule for each number
 of micro-batches M per mini-batch (the mini-batch fixed), and PipeDream's
 one-forward-one-backward schedule with weight stashing at one M. Every pass
-records its CPU time and bytes; ``edgelab.pipeline.training_clock`` puts them
+records its CPU time and bytes; ``edgelab.emulation.training_clock`` puts them
 on the device's clock, where the bubble (idle share) is measured and set
 beside ``(K - 1) / (M + K - 1)``. Each run also trains the unsplit model with
 plain SGD on the same mini-batches in the client, the reference of GPipe's
@@ -26,19 +26,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks
 from edgelab.cluster import DeviceCluster
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.common.seeding import seeded
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import PROFILES, DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation import training_clock
+from edgelab.emulation.profiles import PROFILES, DeviceProfile, get_profile
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.pipeline import training_clock
 from edgelab.pipeline.partition import Partition, partition
 from edgelab.pipeline.training import SCHEDULES, gpipe_bubble, train_pipelined
 from edgelab.pipeline.user_network import network_identity, rebuilder
-from edgelab.results import StoredRun
-from edgelab.seeding import seeded
 
 EXPERIMENT = "qiao_pipeline_training"
 MEASUREMENT_REVISION = 1
@@ -56,7 +56,7 @@ FULL_PROFILE: dict[str, Any] = {
 def four_blocks(*, seed: int = 0) -> Any:
     """Four equal blocks (32 channels of 3x3 at 28x28, ~7.2 M multiply-adds per image each): stages that balance.
 
-    Its initial weights depend on ``seed`` alone (``edgelab.seeding.seeded``).
+    Its initial weights depend on ``seed`` alone (``edgelab.common.seeding.seeded``).
     """
     import keras
 
@@ -252,7 +252,7 @@ run = harness.run
 
 
 def timelines(plan: Plan, stored: list[StoredRun]) -> dict[PipelineRunKey, pd.DataFrame]:
-    """Every run's passes on the device's clock (``edgelab.pipeline.training_clock``)."""
+    """Every run's passes on the device's clock (``edgelab.emulation.training_clock``)."""
     link = training_clock.LinkModel(plan.profile.link_bytes_per_s, plan.profile.latency_s)
     out = {}
     for key, result in harness.by_run(plan, stored).items():

@@ -11,7 +11,7 @@ between the workers, and its latency composed on the hierarchy's clock from
 the bytes each stage really received (Table 1's times per image, the tiers'
 latencies and links). Beside it, the job-level choice the report's schemes
 make for the same hierarchy: eq1-eq6 and the per-device mapping that
-finishes the report's job first (``edgelab.schemes.place``).
+finishes the report's job first (``edgelab.emulation.schemes.place``).
 """
 
 from __future__ import annotations
@@ -25,20 +25,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks, placement, schemes
+from edgelab import placement
 from edgelab.cluster import DeviceCluster, connect, device_resource
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation import schemes
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.tier_clock import TierCalibration, analytic_hierarchy, zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
+from edgelab.models.tiers import TIER_NETWORKS, build_tier_network, tier_network
 from edgelab.pipeline import partition, stage_model
 from edgelab.pipeline import worker as stage_worker
 from edgelab.pipeline.user_network import seeded_network
-from edgelab.results import StoredRun
-from edgelab.tier_clock import TierCalibration, analytic_hierarchy, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORKS, build_tier_network, tier_network
 
 EXPERIMENT = "qiao_placement"
 MEASUREMENT_REVISION = 1

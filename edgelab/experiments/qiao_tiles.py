@@ -13,7 +13,7 @@ node as Dask frames them; (iv) total tile MACs over untiled MACs (the halo's
 recomputation); (v) the latency on the emulated clock (the tiles' inputs sent
 one after another over the gather node's link, each tile's CPU time times the
 calibrated speed factor, its output back over its own link:
-``edgelab.pipeline.timeline.compose``). Beside them, the output bytes of every
+``edgelab.emulation.stream_clock.compose``). Beside them, the output bytes of every
 layer of the whole network over depth (claim C18, "a CNN acts as a compressor").
 
 The input is one real PlantVillage tomato leaf (the data directory's offline
@@ -31,20 +31,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import checks
 from edgelab.cluster import DeviceCluster, device_resource
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.common.seeding import seeded
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.plantvillage import MIN_IMAGE_SIZE
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.stream_clock import compose
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.pipeline import layer_costs, tile_worker, tiles
 from edgelab.pipeline import worker as stage_worker
-from edgelab.pipeline.timeline import compose
 from edgelab.pipeline.user_network import network_identity, seeded_network
-from edgelab.results import StoredRun
-from edgelab.seeding import seeded
 
 EXPERIMENT = "qiao_tiles"
 MEASUREMENT_REVISION = 1

@@ -10,7 +10,7 @@ before the next run. Which devices fail is drawn from the seed, the same for
 every method at a given number of failures and repeat.
 
 Time is the clock of ``edgelab.fault_tolerance``: Table 1's end-device time
-per image (the hierarchy's calibration, ``edgelab.tier_clock``), the end
+per image (the hierarchy's calibration, ``edgelab.emulation.tier_clock``), the end
 link for each send, the report's 0.5 s for each send to a dead device, and
 Monitor's query interval (not stated by the report; a parameter). The smoke
 profile runs the report's tasks (50 images) but fewer of them, with 0 and 3
@@ -28,17 +28,17 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster, connect
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.tier_clock import TierCalibration, zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
 from edgelab.fault_tolerance import METHODS, FaultClock, check_job, run_job
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
-from edgelab.reference import load_reference
-from edgelab.results import StoredRun
-from edgelab.tier_clock import TierCalibration, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORKS, tier_network
+from edgelab.models.tiers import TIER_NETWORKS, tier_network
+from edgelab.report.reference import load_reference
 from edgelab.tiered import deploy
 
 EXPERIMENT = "zhang2018_faults"

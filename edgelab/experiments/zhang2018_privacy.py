@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgelab import checks
+from edgelab.common import checks
 from edgelab.data import Dataset, load_dataset
 from edgelab.experiments import harness
 

@@ -4,11 +4,11 @@ A job of ``tasks`` tasks of ``task_size`` CIFAR-100 test images comes from
 the end devices (task i to end device i mod N_end). Under each scheme
 (``edgelab.tiered``) every task gets its coarse answer on its end device and,
 except under End, its fine answer on an edge device or the cloud. Every run
-is real: the report's networks (``edgelab.tier_models``) built once on every
+is real: the report's networks (``edgelab.models.tiers``) built once on every
 device of the hierarchy, each stage an inference pinned to its device, the
 images crossing from end to upper device over Dask's worker-to-worker comms.
 
-Time is the hierarchy's clock (``edgelab.tier_clock``): each stage's images
+Time is the hierarchy's clock (``edgelab.emulation.tier_clock``): each stage's images
 at Table 1's stand-alone time per image of its network on its tier, plus each
 upper tier's latency and the transfer of the task's bytes, placed in the
 order the run's stages went. No measured time enters the clock: its inputs are
@@ -35,18 +35,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import schemes
 from edgelab.cluster import DeviceCluster, connect
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ConfigError
+from edgelab.emulation import schemes
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.schemes import SCHEMES, completion_times
+from edgelab.emulation.tier_clock import TierCalibration, analytic_hierarchy, schedule, zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
-from edgelab.results import StoredRun
-from edgelab.schemes import SCHEMES, completion_times
-from edgelab.tier_clock import TierCalibration, analytic_hierarchy, schedule, zhang2018_calibration
-from edgelab.tier_models import TIER_NETWORKS, tier_network
+from edgelab.models.tiers import TIER_NETWORKS, tier_network
 from edgelab.tiered import deploy, run_scheme
 
 EXPERIMENT = "zhang2018_schemes"
@@ -171,7 +171,7 @@ class Plan(harness.Plan):
         return schemes.n_map(self.analytic(run.n_end))
 
     def analytic(self, n_end: int, task_size: int | None = None) -> Any:
-        """The report's model (``edgelab.schemes.Hierarchy``) of the hierarchy with ``n_end`` end devices."""
+        """The report's model (``edgelab.emulation.schemes.Hierarchy``) of the hierarchy with ``n_end`` end devices."""
         p = self.params
         return analytic_hierarchy(p.hierarchy(n_end), self.calibration, p.networks, task_size or p.task_size)
 

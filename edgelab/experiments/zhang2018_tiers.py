@@ -1,7 +1,7 @@
 """Zhang 2018, the three networks on the three tiers: Table 1 (stand-alone times, sizes) and Table 2 (with latency).
 
 Table 1 times each network on each tier alone (batch 50, no communication).
-Those nine times are the hierarchy's calibration (``edgelab.tier_clock``):
+Those nine times are the hierarchy's calibration (``edgelab.emulation.tier_clock``):
 on every run of the hierarchy they are what a stage costs, so here they are
 fitted, shown, never judged. Beside them stand the times measured on this
 host: each network built on a device of each tier of a small hierarchy (one
@@ -37,17 +37,17 @@ from distributed import KilledWorker
 from distributed.client import FutureCancelledError
 
 from edgelab.cluster import DeviceCluster, connect, device_resource
+from edgelab.common.errors import ClusterError, ConfigError
+from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.cifar100 import coarse_of
-from edgelab.devices import DeviceProfile, get_profile
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.emulation.profiles import DeviceProfile, get_profile
+from edgelab.emulation.tier_clock import TierCalibration, zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, start_hierarchy
 from edgelab.experiments import harness
 from edgelab.experiments.harness import Outcome
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
-from edgelab.reference import load_reference
-from edgelab.results import StoredRun
-from edgelab.tier_clock import TierCalibration, zhang2018_calibration
-from edgelab.tier_models import REPORT_OPTIMIZERS, TIER_NETWORK_NAMES, build_tier_network, saved_bytes, sizes
+from edgelab.models.tiers import REPORT_OPTIMIZERS, TIER_NETWORK_NAMES, build_tier_network, saved_bytes, sizes
+from edgelab.report.reference import load_reference
 from edgelab.tier_training import RECIPES, train_and_score
 from edgelab.tiered import TASK_SIZE, deploy, standalone
 

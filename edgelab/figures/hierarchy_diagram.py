@@ -18,11 +18,11 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 ROWS = {"cloud": 2.0, "edge": 1.0, "end": 0.0}
 COLOURS = {"end": "#4c72b0", "edge": "#55a868", "cloud": "#c44e52"}
@@ -159,7 +159,7 @@ def render(
             fitted=[],
             predicted=[],
             noise=Noise.none("the devices the runs configured, listed"),
-            choices=["memory, bandwidth and the cloud's cores, which the report does not state (edgelab.hierarchy)"],
+            choices=["memory, bandwidth and the cloud's cores, which the report does not state (edgelab.emulation.tiers)"],
         ),
         "qiao/fig1-1": verdict.decide(
             [], fitted=[], predicted=[], noise=Noise.none("a diagram"), reason=sketch, reason_class="qualitative"

@@ -2,7 +2,7 @@
 
 Times are emulated Pi 4B device time (``edgelab.experiments.jeon_summary``),
 one device model for every mode, nothing fitted to the paper. Each item gets
-its verdict from ``edgelab.verdict``; ``render_all`` also renders the cluster
+its verdict from ``edgelab.report.verdict``; ``render_all`` also renders the cluster
 listings (``jeon_cluster``) and the data and training items (``jeon_data``).
 """
 
@@ -15,17 +15,18 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from edgelab import catalog
-from edgelab import verdict as policy
+from edgelab.emulation.stream_clock import speedup_bound
 from edgelab.experiments.jeon_pipeline import ENSEMBLE_PAIRS, Plan
 from edgelab.experiments.jeon_summary import JeonSummary
 from edgelab.figures import jeon_cluster, jeon_data
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.pipeline.partition import JEON_STAGE_SIZES, layer_count_check
-from edgelab.pipeline.timeline import speedup_bound
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise, decide, noise_of
+from edgelab.models.mobilenet import layer_count_check
+from edgelab.pipeline.partition import JEON_STAGE_SIZES
+from edgelab.report import catalog
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, decide, noise_of
 
 #: Every id of the jeon catalog.
 JEON_IDS = [i for i in catalog.IDS if i.startswith("jeon/")]

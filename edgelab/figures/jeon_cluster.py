@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from edgelab.cluster import scheduler_workers
-from edgelab.devices import PROFILES, DeviceProfile
-from edgelab.errors import ConfigError
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem, item_path
-from edgelab.results import atomic_write_text
-from edgelab.verdict import Basis, Check, Noise, Verdict, decide, holds
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import atomic_write_text
+from edgelab.emulation.profiles import PROFILES, DeviceProfile
+from edgelab.report.manifest import ReportItem, item_path
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, decide, holds
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -915,7 +915,7 @@ def render_cluster_items(
     Returns
     -------
     list of ReportItem
-        One per item, for ``edgelab.report.update_manifest``.
+        One per item, for ``edgelab.report.manifest.update_manifest``.
     """
     if not isinstance(expected_workers, int) or expected_workers < 1:
         raise ConfigError("expected_workers", expected_workers, "an integer >= 1")

@@ -1,6 +1,6 @@
 """Jeon et al., Figures 1, 7, 8 and 9 and the augmentation arithmetic: the model, the data and its training.
 
-fig1 is read from the real flat MobileNetV2 (``edgelab.pipeline.partition.flat_mobilenet_v2``); fig7, fig8 and
+fig1 is read from the real flat MobileNetV2 (``edgelab.models.mobilenet.flat_mobilenet_v2``); fig7, fig8 and
 jeon/eq-augmentation are counts of the data set as loaded and as augmented on the device workers
 (``edgelab.data.augment``); fig9 is the Keras history of the two training phases with F1 and the confusion matrix.
 
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from edgelab.errors import ConfigError
-from edgelab.figures.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import (
+from edgelab.common.errors import ConfigError
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
+from edgelab.report.verdict import (
     ACCURACY_TOLERANCE,
     IMBALANCE_RATIO,
     LEVEL_TOLERANCE,
@@ -169,7 +169,7 @@ def render_fig1(
     ReportItem
         png diagram, csv and md table; judged on claim C19 (structure and bytes, deterministic).
     """
-    from edgelab.pipeline.partition import flat_mobilenet_v2
+    from edgelab.models.mobilenet import flat_mobilenet_v2
 
     model = flat_mobilenet_v2(10, image_size=image_size, weights=None)
     real, wide = block_tensors(model, "block_2")

@@ -1,7 +1,7 @@
 """Park et al. 2020, LeNet items: park2020/table1, table2 and fig4a-d.
 
 Each item shows the measured values beside the paper's, the spread of its
-repeated cells, and its verdict (``edgelab.verdict``: the cells fitted and
+repeated cells, and its verdict (``edgelab.report.verdict``: the cells fitted and
 predicted, every check with its rule, evidence basis and runs, the noise, the
 modelling choices), and is written to ``reports/park2020/`` with its manifest
 entry and how its run is smaller than the paper's. Elapsed times and CPU
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import verdict as policy
 from edgelab.experiments.park2020_lenet import PAPER_TRAIN_SIZE, TABLE_OF_MODEL, LenetSummary
 from edgelab.figures.park2020_hardware import hardware_figures, judge_fig4, lenet_choices, lenet_reduction
 from edgelab.figures.runs import (
@@ -40,9 +39,10 @@ from edgelab.figures.runs import (
     seed_values,
     spread_row,
 )
-from edgelab.figures.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise, Verdict, noise_of
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, noise_of
 
 __all__ = ["hardware_figures", "judge_fig4", "judge_time_table", "render_lenet"]
 

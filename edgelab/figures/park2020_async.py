@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict as policy
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments.park2020_async import DATASET_OF, PAPER_TRAIN_SIZE, AsyncSummary, ratios
 from edgelab.figures.runs import (
     CLOCK_LABEL,
@@ -33,11 +33,11 @@ from edgelab.figures.runs import (
     reduction,
     topology_choices,
 )
-from edgelab.figures.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.timeline import Topology
-from edgelab.verdict import ACCURACY_TOLERANCE, MIN_EFFECT, Basis, Check, Noise, Verdict, noise_of
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
+from edgelab.report.verdict import ACCURACY_TOLERANCE, MIN_EFFECT, Basis, Check, Noise, Verdict, noise_of
 
 #: Fig 3a's device count (and Fig 3b's largest); Fig 3b's curves, and those that stay at chance.
 PAPER_DEVICES = 10

@@ -24,18 +24,18 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import timeline
-from edgelab import verdict as policy
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.emulation import timeline
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE
 from edgelab.figures.runs import fewer, reduction
-from edgelab.figures.style import apply_style, markdown_table, save_figure, save_table
-from edgelab.model_costs import is_resnet, layers, parameter_count, weight_count
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
+from edgelab.models.costs import is_resnet, layers, parameter_count, weight_count
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import apply_style, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict
 from edgelab.train_config import TrainConfig, samples_per_device, steps_per_device
-from edgelab.verdict import Basis, Check, Noise, Verdict
 
 EXPERIMENT = "park2020_resnet"
 PAPER_LINK_MBPS = 100.0
@@ -319,7 +319,7 @@ def render_fig1(
         "",
         f"Run {run.key}: {cfg.model}, batch {cfg.batch_size}, {n} devices, {cfg.worker_data} data ({cfg.partition}), "
         f"max_steps {cfg.max_steps}. An iid shard's index range is not stored: shards are shown by id and size.",
-        "Panel (b) is illustrative, not used in park2020: the layers of `edgelab.model_costs` cut at block ends "
+        "Panel (b) is illustrative, not used in park2020: the layers of `edgelab.models.costs` cut at block ends "
         "(one tensor crosses) into contiguous stages minimising the largest stage's multiply-adds.",
         f"\n{verdict.markdown()}\n(a) Device workers:\n",
         markdown_table(devices.drop(columns=["weights_sha256"])),
@@ -391,7 +391,7 @@ def paper_vs_run(run: StoredRun, topology: Topology | None = None) -> pd.DataFra
         "network": (
             "100 Mbit/s Ethernet",
             f"modelled {p['link_mbps']:g} Mbit/s, {p['latency_s'] * 1e3:.2f} ms one way (no tc netem: "
-            f"edgelab.timeline times the measured bytes); {topology.describe()}",
+            f"edgelab.emulation.timeline times the measured bytes); {topology.describe()}",
         ),
         "monitoring": (
             "Ganglia 3.7.2, UDP, every 30 s",

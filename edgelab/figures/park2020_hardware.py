@@ -2,7 +2,7 @@
 
 The paper gives these panels' values only in its prose (a few points and
 bounds), so each is judged on the paper's stated direction with an effect
-size, and on every value it states (``edgelab.verdict``). CPU and traffic are
+size, and on every value it states (``edgelab.report.verdict``). CPU and traffic are
 on the run's primary clock (the device model's: deterministic, a modelled
 prediction); memory is a host measurement, judged on its repeats. A cell that
 is what it is by construction is shown but not predicted: with the server on
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict as policy
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments.park2020_lenet import PAPER_TRAIN_SIZE, LenetSummary
 from edgelab.figures.runs import (
     CLOCK_LABEL,
@@ -36,11 +36,11 @@ from edgelab.figures.runs import (
     run_values,
     topology_choices,
 )
-from edgelab.figures.style import save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Check, Noise, Verdict, noise_of
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, noise_of
 
 #: The paper's device counts (Tables 1-2, Fig 4) and its MNIST test set.
 PAPER_DEVICES = range(1, 11)

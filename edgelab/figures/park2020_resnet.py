@@ -1,7 +1,7 @@
 """Park et al. 2020, ResNet items: park2020/fig5a, fig5b, fig6a-d, fig7a-d, table3 and table4.
 
 Each item shows the measured values beside the paper's, its verdict
-(``edgelab.verdict``: the cells fitted and predicted, every check with its
+(``edgelab.report.verdict``: the cells fitted and predicted, every check with its
 rule, the noise) and what it rests on: the clock (the profile's device model,
 fitted on two LeNet cells and on nothing of this experiment, with the
 per-table alternative beside it), the projection of the measured rounds to
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import verdict as policy
 from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE, ResnetRun, ResnetSummary, paper_rounds
 from edgelab.figures.park2020_resnet_common import (
     ALTERNATIVE,
@@ -46,10 +45,11 @@ from edgelab.figures.park2020_resnet_common import (
     undecided,
 )
 from edgelab.figures.park2020_resnet_hardware import hardware_figures, table3
-from edgelab.figures.style import PAPER_STYLE, apply_style
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise, Verdict, noise_of
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import PAPER_STYLE, apply_style
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, noise_of
 
 __all__ = ["hardware_figures", "judge_fig5a", "render_resnet", "table3"]
 

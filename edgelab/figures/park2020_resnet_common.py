@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import verdict as policy
+from edgelab.emulation.timeline import Topology
 from edgelab.experiments.park2020_resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
 from edgelab.figures.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Check, Noise, Verdict
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict
 
 PRIMARY, ALTERNATIVE = "device_model", "per_table"
 #: The device model's values carry no noise: nothing of them is timed, and every verdict says so.

@@ -2,7 +2,7 @@
 
 Figure 6 is ResNet 32x32; Figure 7 overlays 110x64 on it. The paper gives
 these panels' values only in its prose (``figure_values.csv``), so each panel
-is judged on the values and bounds the prose states (``edgelab.verdict``).
+is judged on the values and bounds the prose states (``edgelab.report.verdict``).
 Table 3 (the same resources for five configurations) is here too.
 When 110x64 does not fit the device, Figure 7 shows its out-of-memory outcome
 (measured and estimated need beside the paper's about 600 MB).
@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import verdict as policy
 from edgelab.experiments.park2020_resnet import ResnetSummary
 from edgelab.figures.park2020_resnet_common import (
     NO_NOISE,
@@ -39,9 +38,10 @@ from edgelab.figures.park2020_resnet_common import (
     undecided,
 )
 from edgelab.figures.runs import CLOCK_LABEL
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise, Verdict
+from edgelab.report import verdict as policy
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.verdict import Basis, Check, Noise, Verdict
 
 TABLE3_CONFIGS = ("32x32", "32x64", "32x128", "80x32", "110x32")
 #: The paper's device count of Table 3 (unstated; inferred 10, its largest).

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import verdict
+from edgelab.common.results import StoredRun
 from edgelab.experiments import qiao_comm_architectures as exp
-from edgelab.figures.style import apply_style, data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import apply_style, data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Noise
 
 #: The bytes are counted where each piece is sent; the host and emulated times are shown, not judged.
 COUNTED = Noise.none("bytes are counted where each piece is sent, not timed")

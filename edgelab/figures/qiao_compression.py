@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 
 from edgelab.experiments import qiao_compression as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Noise, Verdict, decide, holds
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Noise, Verdict, decide, holds
 
 ID = "qiao/method-compression"
 CLOCK = (

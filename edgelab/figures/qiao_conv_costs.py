@@ -1,7 +1,7 @@
 """Figure 3-5 and the survey's cost formulas: counted MACs beside each formula, timed layers beside the ratio.
 
 One item per id. The layer formulas (eq-conv-cost, eq-dwconv-cost,
-eq-dwconv-ratio, eq-group-conv) are checked on MACs that ``edgelab.keras_costs``
+eq-dwconv-ratio, eq-group-conv) are checked on MACs that ``edgelab.models.conv_costs``
 counts by walking the layers, kernel elements times output positions: the
 formula checked against itself (``SAME_FORMULA``), so those items are at best
 "consistent". The two claims about whole networks are predictions: MobileNet's
@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from edgelab.experiments import qiao_conv_costs as exp
-from edgelab.figures.style import PAPER_STYLE, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise, Verdict, close, decide, holds
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import PAPER_STYLE, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, close, decide, holds
 
 IDS = [
     "qiao/fig3-5",

@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from edgelab import early_exit as ee
-from edgelab import verdict
+from edgelab.common.results import StoredRun
 from edgelab.experiments import qiao_early_exits as exp
-from edgelab.figures.style import apply_style, data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import ROUNDING_TOLERANCE, Basis, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import apply_style, data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import ROUNDING_TOLERANCE, Basis, Noise
 
 FIG_ID, EQ_ID = "qiao/fig3-7", "qiao/eq-normalized-entropy"
 CLOCK = (

@@ -19,16 +19,16 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
+from edgelab.common.results import StoredRun
 from edgelab.experiments import qiao_fedavg as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import Basis, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Noise
 
 ID = "qiao/method-fedavg"
 CLOCK = (
-    "device_s: every round composed by edgelab.timeline.compose: the slowest trained device's compute from the "
+    "device_s: every round composed by edgelab.emulation.timeline.compose: the slowest trained device's compute from the "
     "profile's device model (steps and samples), plus each device's pull and push at the profile's link rate; "
     "accuracy and bytes are measured"
 )

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from edgelab.experiments import qiao_grad_compression as exp
-from edgelab.figures.style import apply_style, data_source, markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import (
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import apply_style, data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import (
     ACCURACY_TOLERANCE,
     MIN_TRAINING_ROUNDS,
     SPARSE_SHARE,
@@ -54,7 +54,7 @@ CHOICES = [
     "QSGD's levels bit-packed at bit_length(s) bits plus a sign bit (not the paper's Elias coding)",
 ]
 CLOCK = (
-    "emulated per step (edgelab.timeline.compose): each device's measured CPU time of the round (training and "
+    "emulated per step (edgelab.emulation.timeline.compose): each device's measured CPU time of the round (training and "
     "compression) times the calibrated speed factor, plus the serialized bytes it pulled and pushed over a "
     "shared {link:g} Mbit/s link to a separate parameter server"
 )
@@ -305,7 +305,7 @@ def _scheme_table(summary: pd.DataFrame, schemes: tuple[str, ...]) -> pd.DataFra
 
 def _setup(plan: exp.Plan, budget: float) -> str:
     p, d = plan.params, plan.dataset
-    calibration = "a calibrated speed factor (edgelab.devices.calibrate)"
+    calibration = "a calibrated speed factor (edgelab.emulation.profiles.calibrate)"
     return (
         f"Sync-SGD (`ps_sync`, the server averages every batch) of LeNet-MLP on {d.n_train} MNIST digits "
         f"({d.source}) split over N={p.n_devices} emulated {plan.profile.name} devices, batch {p.batch_size}, "

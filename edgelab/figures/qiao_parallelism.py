@@ -25,23 +25,23 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
+from edgelab.common.results import StoredRun
 from edgelab.experiments import qiao_parallelism as exp
 from edgelab.figures.qiao_pipeline_training import gantt
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.model_costs import weight_count
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import FLOAT32_TOLERANCE, ROUNDING_TOLERANCE, Basis, Noise
+from edgelab.models.costs import weight_count
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import FLOAT32_TOLERANCE, ROUNDING_TOLERANCE, Basis, Noise
 
 CLOCK_DATA = (
-    "the profile's device model (edgelab.device_model: a fixed cost per step plus FLOPs over the fitted rate) for "
+    "the profile's device model (edgelab.emulation.device_model: a fixed cost per step plus FLOPs over the fitted rate) for "
     "every step; each pull and push at the link's latency plus the weights' bytes over its rate through the "
-    "parameter server on the first device (edgelab.timeline.compose for Sync-SGD, edgelab.async_schedule for "
+    "parameter server on the first device (edgelab.emulation.timeline.compose for Sync-SGD, edgelab.emulation.async_schedule for "
     "Async-SGD, whose updates the run applied in that order)"
 )
 CLOCK_MODEL = (
-    "the device's clock (edgelab.pipeline.training_clock): each pass's CPU time measured in its worker process times "
+    "the device's clock (edgelab.emulation.training_clock): each pass's CPU time measured in its worker process times "
     "the calibration's speed factor, each activation and gradient at the link's latency plus its bytes over the "
     "link's rate"
 )

@@ -25,16 +25,16 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
+from edgelab.common.results import StoredRun
+from edgelab.emulation import training_clock
 from edgelab.experiments import qiao_pipeline_training as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.pipeline import training_clock
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import FLOAT32_TOLERANCE, IDLE_TOLERANCE, Basis, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import FLOAT32_TOLERANCE, IDLE_TOLERANCE, Basis, Noise
 
 CLOCK = (
-    "the device's clock (edgelab.pipeline.training_clock): each pass's CPU time measured in its worker process times "
+    "the device's clock (edgelab.emulation.training_clock): each pass's CPU time measured in its worker process times "
     "the calibration's speed factor, each activation and gradient at the link's latency plus its bytes over the "
     "link's rate, one pass at a time per device in the order the run executed them"
 )

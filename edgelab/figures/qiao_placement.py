@@ -17,10 +17,10 @@ from typing import Any
 import pandas as pd
 
 from edgelab.experiments import qiao_placement as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
 from edgelab.placement import hosts_of
-from edgelab.report import ReportItem
-from edgelab.verdict import ROUNDING_TOLERANCE, Basis, Check, Noise, Verdict, decide, holds, within
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import ROUNDING_TOLERANCE, Basis, Check, Noise, Verdict, decide, holds, within
 
 ID = "qiao/method-placement"
 CLOCK = (
@@ -151,7 +151,7 @@ def render(
         "",
         f"The job-level choice for the same hierarchy with 8 end devices (the report's job: {exp.REPORT_TASKS} tasks "
         f"of {exp.REPORT_TASK_SIZE} images, its networks per tier): each scheme's eq1-eq6 time and the per-device "
-        "mapping that finishes first (edgelab.schemes.place). End is the fastest because it gives only the coarse "
+        "mapping that finishes first (edgelab.emulation.schemes.place). End is the fastest because it gives only the coarse "
         "answer; the others add the fine one.",
         "",
         markdown_table(jobs.round(3)),

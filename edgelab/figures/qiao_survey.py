@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem
-from edgelab.verdict import Noise, Verdict, decide
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Noise, Verdict, decide
 
 IDS = ["qiao/fig2-1", "qiao/table2-1", "qiao/table-abbrev"]
 CLOCK = "none (the source's text; nothing measured)"

@@ -21,16 +21,16 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
+from edgelab.common.results import StoredRun
 from edgelab.experiments import qiao_tiles as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.results import StoredRun
-from edgelab.verdict import FLOAT32_TOLERANCE, Basis, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import FLOAT32_TOLERANCE, Basis, Noise
 
 ID = "qiao/fig3-6"
 CLOCK = (
-    "emulated device time (edgelab.pipeline.timeline.compose): the gather node sends the tiles' regions one after "
+    "emulated device time (edgelab.emulation.stream_clock.compose): the gather node sends the tiles' regions one after "
     "another over its link, each tile's CPU time measured in its worker times the calibrated speed factor, each "
     "output back over its device's link (bytes as Dask serializes them, plus the link latency)"
 )

@@ -1,6 +1,6 @@
 """Reading a summary's runs for figures and tables: one value per cell, its repeats, its spread, its evidence.
 
-Rows of a summary (``edgelab.projection.run_summary``) repeat a device count
+Rows of a summary (``edgelab.emulation.projection.run_summary``) repeat a device count
 once per repeated run; items show the median of each cell and the range of its
 repeats (a column of ranges in tables, error bars in figures). What a value
 rests on (``clock_basis``), the modelling choices behind it (``choices``) and
@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab.reference import load_reference
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Noise, noise_of
+from edgelab.emulation.timeline import Topology
+from edgelab.report.reference import load_reference
+from edgelab.report.verdict import Basis, Noise, noise_of
 
 CLOCK_LABEL = {
     "device_model": (

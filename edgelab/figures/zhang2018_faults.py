@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from edgelab import verdict
 from edgelab.experiments import zhang2018_faults as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 CLOCK = (
     "the fault-tolerance clock (edgelab.fault_tolerance): zhang2018/table1's end-device time per image for each "

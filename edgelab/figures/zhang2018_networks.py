@@ -2,7 +2,7 @@
 
 The report's figure (its image is lost from the text) shows the layer
 structures of MobileNet (end devices), ResNet-34 (edge devices) and WRN-28-10
-(the cloud). Here each network is built (``edgelab.tier_models``), its layers
+(the cloud). Here each network is built (``edgelab.models.tiers``), its layers
 listed with output shapes and parameters, and drawn as its profile: channels
 and spatial size of every convolution's output along the depth. The totals sit
 beside the report's Table 1 (parameters) and the first layers beside its
@@ -20,13 +20,13 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
-from edgelab.figures.style import markdown_table, save_figure, save_table
-from edgelab.reference import load_reference
-from edgelab.report import ReportItem, item_path
-from edgelab.results import atomic_write_text
-from edgelab.tier_models import build_tier_network, sizes
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.common.results import atomic_write_text
+from edgelab.models.tiers import build_tier_network, sizes
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem, item_path
+from edgelab.report.reference import load_reference
+from edgelab.report.style import markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 ID = "zhang2018/fig2"
 #: The networks drawn, with the report's column name in Table 1 and the tier that runs it.
@@ -186,7 +186,7 @@ def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[Rep
     md = [
         f"# {ID}: the networks of the end, edge and cloud tiers",
         "",
-        "Built by `edgelab.tier_models` for 32x32x3 CIFAR-100 images. Parameters count every weight, batch "
+        "Built by `edgelab.models.tiers` for 32x32x3 CIFAR-100 images. Parameters count every weight, batch "
         "normalisation's moving statistics included (Keras' total, which is what the report prints for "
         "MobileNet). The report's values are its Table 1 (parameters) and Table 3 (first layers).",
         "",
@@ -213,7 +213,7 @@ def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[Rep
             ID,
             files,
             result,
-            data_source={"name": "none: layer shapes only", "source": "edgelab.tier_models"},
+            data_source={"name": "none: layer shapes only", "source": "edgelab.models.tiers"},
             clock=CLOCK,
             paper_values_shown=True,
             notebook=notebook,

@@ -22,15 +22,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab import privacy, verdict
+from edgelab import privacy
+from edgelab.emulation.tier_clock import zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018
 from edgelab.experiments.zhang2018_privacy import REPORT_TASK_IMAGES
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.hierarchy import ZHANG2018
-from edgelab.reference import REFERENCE_DIR, load_reference
-from edgelab.report import ReportItem
-from edgelab.tier_clock import zhang2018_calibration
-from edgelab.tier_models import build_tier_network
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.models.tiers import build_tier_network
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.reference import REFERENCE_DIR, load_reference
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 #: The modules, by the network they come from and Table 3's column.
 MODULES = (("resnet34", "ResNet"), ("wrn-28-10", "WRN"))

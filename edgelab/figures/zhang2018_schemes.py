@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
 from edgelab.experiments import zhang2018_schemes as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 ID = "zhang2018/fig3"
 #: Each equation's item: its scheme, its formula, and how the clock's schedule of the same costs must relate to it.
@@ -36,7 +36,7 @@ EQUATIONS = {
     "zhang2018/eq6": ("Mapping", "T_Mapping = theta_cloud x T_End-Cloud + (1 - theta_cloud) x T_End-Edge", "bound"),
 }
 CLOCK = (
-    "the hierarchy's clock (edgelab.tier_clock): each stage's images at zhang2018/table1's stand-alone time per "
+    "the hierarchy's clock (edgelab.emulation.tier_clock): each stage's images at zhang2018/table1's stand-alone time per "
     "image of its network on its tier, plus the upper tier's latency and the task's bytes at its bandwidth, "
     "in the order the run's stages went"
 )

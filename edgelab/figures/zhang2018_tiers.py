@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab import verdict
 from edgelab.experiments import zhang2018_tiers as exp
-from edgelab.figures.style import data_source, markdown_table, save_figure, save_table
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis, Check, Noise
+from edgelab.report import verdict
+from edgelab.report.manifest import ReportItem
+from edgelab.report.style import data_source, markdown_table, save_figure, save_table
+from edgelab.report.verdict import Basis, Check, Noise
 
 CLOCK = (
     "report times: zhang2018/table1 itself, the hierarchy's calibration (fitted, not judged); this host's: wall "

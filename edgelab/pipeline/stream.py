@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.faults import KillSchedule
 from edgelab.fleet import RESTART_WAIT_S, Fleet
 from edgelab.pipeline import worker

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
-from edgelab.pipeline.partition import layer_costs, resolve_model
+from edgelab.common.errors import ConfigError
+from edgelab.models.graph import layer_costs, resolve_model
 
 if TYPE_CHECKING:
     import keras
@@ -61,7 +61,7 @@ class Geometry:
     in_shape, out_shape
         (H, W, C) of the whole map.
     macs_per_position
-        Multiply-accumulates per output position (``edgelab.pipeline.partition.layer_costs``).
+        Multiply-accumulates per output position (``edgelab.models.graph.layer_costs``).
     """
 
     index: int

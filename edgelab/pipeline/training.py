@@ -41,10 +41,11 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster import DeviceCluster
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.fleet import Fleet
+from edgelab.models.graph import resolve_model
 from edgelab.pipeline import train_worker, worker
-from edgelab.pipeline.partition import Partition, partition, resolve_model, stage_model
+from edgelab.pipeline.partition import Partition, partition, stage_model
 
 SCHEDULES = ("gpipe", "1f1b")
 

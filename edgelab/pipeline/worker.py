@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab import process_memory
+from edgelab.common import process_memory
 from edgelab.runtime import StateMissingError, _runtime
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync.asynchronous import ParameterServerAsync
 from edgelab.sync.base import DeviceUpdate, Strategy
 from edgelab.sync.parameter_server import ParameterServerSync

@@ -13,7 +13,7 @@ Paper: Park et al. 2020, section 3 (weights sent to the master after each batch)
 
 from __future__ import annotations
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync.aggregate import RunningMean, apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate, NDArrays, Strategy
 
