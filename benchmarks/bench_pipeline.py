@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgelab.cluster import connect
 from edgelab.common.paths import reports_dir
 from edgelab.common.results import atomic_write_text
 from edgelab.data import load_dataset
@@ -36,6 +35,7 @@ from edgelab.models.mobilenet import flat_mobilenet_v2
 from edgelab.models.transfer import preprocess
 from edgelab.pipeline.partition import jeon_cuts, partition, stage_model
 from edgelab.pipeline.stream import Placement, stream
+from edgelab.runtime.devices import connect
 
 TARGET = 0.9
 

@@ -38,7 +38,7 @@ import pandas as pd
 from edgelab.common.paths import reports_dir
 from edgelab.common.results import ResultsStore, atomic_write_text
 from edgelab.emulation import training_clock
-from edgelab.experiments import qiao_pipeline_training as exp
+from edgelab.papers.qiao import pipeline_training as exp
 
 TARGET = 0.8
 

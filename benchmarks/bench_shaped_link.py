@@ -5,7 +5,7 @@ batch) runs side by side on:
 
 1. the embedded emulated cluster, every byte over loopback: host wall per
    round, and the bytes each device moves per round;
-2. shaped hosts on this machine (``edgelab.shaped_hosts``: a network namespace
+2. shaped hosts on this machine (``edgelab.cluster.shaped_hosts``: a network namespace
    per device, its link rate-limited with ``tc`` at the Pi 3B's 100 Mbit/s;
    needs root).
 
@@ -45,13 +45,14 @@ from typing import Any  # noqa: E402
 
 from bench_training import host_info, round_costs  # noqa: E402
 
-from edgelab import shaped_hosts  # noqa: E402
-from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.cluster import shaped_hosts
+from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.emulation.profiles import get_profile  # noqa: E402
-from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH_SIZE = 64
 DEVICES = 2

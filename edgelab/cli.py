@@ -52,15 +52,10 @@ INTERRUPTED = 130
 
 
 def _experiment(notebook: Path) -> Any:
-    """The experiment module behind a notebook (same name), or None for a notebook that has none."""
-    import importlib
+    """The experiment module behind a notebook (``edgelab.papers.EXPERIMENTS``), or None for one that has none."""
+    from edgelab import papers
 
-    try:
-        return importlib.import_module(f"edgelab.experiments.{notebook.stem}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"edgelab.experiments.{notebook.stem}":
-            raise  # the module exists but one of its imports is missing: say so
-        return None
+    return papers.experiment(notebook.stem)
 
 
 def full_parameters(notebook: Path) -> dict[str, Any]:
@@ -158,7 +153,7 @@ NOTEBOOK_IDS = {
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.
-OUTSIDE_NOTEBOOKS = ("cli.py", "report_page.py")
+OUTSIDE_NOTEBOOKS = ("cli.py", "report/page.py")
 STATUS_NAME = "reproduce.json"
 
 
@@ -403,8 +398,8 @@ def _print_summary(root: Path, page: Path) -> None:
 
 
 def cluster_command(args: argparse.Namespace) -> int:
-    """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.shaped_hosts``."""
-    from edgelab import shaped_hosts
+    """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.cluster.shaped_hosts``."""
+    from edgelab.cluster import shaped_hosts
     from edgelab.common.errors import ClusterError
 
     try:
@@ -429,7 +424,7 @@ def cluster_command(args: argparse.Namespace) -> int:
                 f"its processes running as {hosts.account}"
             )
             if hosts.certificates:
-                from edgelab.tls import Certificates
+                from edgelab.cluster.tls import Certificates
 
                 exports = " ".join(f"{k}={v}" for k, v in Certificates(hosts.certificates).client_environment().items())
                 print(f"  TLS only; a client needs its certificate, e.g.:\n  export {exports}")
@@ -534,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item_id in unrendered:
             print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
     reports = profile_reports_dir(args.profile, root)
-    if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.experiments.harness.run)
+    if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.papers.harness.run)
         os.environ["EDGELAB_PERFORMANCE_REPORTS"] = str(Path(args.performance_reports).resolve())
     # Only the main thread may set a handler (main() called from another one keeps the default).
     in_main = threading.current_thread() is threading.main_thread()

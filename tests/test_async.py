@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError, DeviceOutOfMemory
 from edgelab.data import Dataset
 from edgelab.emulation.async_schedule import run_schedule, simulate
@@ -15,7 +15,7 @@ from edgelab.emulation.profiles import get_profile
 from edgelab.emulation.timeline import Topology
 from edgelab.models.costs import training_flops_per_sample, weight_count
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
-from edgelab.train import TrainConfig, train
+from edgelab.train.data_parallel import TrainConfig, train
 
 
 def test_one_device_is_never_stale() -> None:

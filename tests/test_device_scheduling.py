@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from edgelab import device_scheduling
-from edgelab.cluster import connect
+from edgelab.cluster import device_scheduling
 from edgelab.common.errors import ConfigError
+from edgelab.runtime.devices import connect
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 

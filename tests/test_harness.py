@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.results import ResultsStore
 from edgelab.emulation.profiles import get_profile
-from edgelab.experiments import harness
+from edgelab.papers import harness
 
 
 @dataclass

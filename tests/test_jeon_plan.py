@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from edgelab.common.errors import ConfigError, DeviceMemoryError
-from edgelab.experiments import jeon_pipeline as jeon
-from edgelab.figures.jeon import reductions
 from edgelab.models.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, targets
+from edgelab.papers.jeon import pipeline as jeon
+from edgelab.papers.jeon.pipeline_figures import reductions
 from edgelab.report.verdict import MIN_REPEATS
 
 

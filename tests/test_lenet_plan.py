@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from edgelab.common.errors import ConfigError, DeviceMemoryError
-from edgelab.experiments import park2020_lenet as lenet
+from edgelab.papers.park2020 import lenet
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ import pytest
 
 from edgelab.common.errors import ConfigError
 from edgelab.emulation.device_model import for_profile
-from edgelab.experiments import park2020_async, park2020_resnet
+from edgelab.papers.park2020 import resnet as park2020_resnet
+from edgelab.papers.park2020 import sync_async as park2020_async
 
 
 @pytest.mark.parametrize(

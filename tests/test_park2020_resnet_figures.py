@@ -11,8 +11,8 @@ import pytest
 from edgelab.emulation.device_model import for_profile
 from edgelab.emulation.profiles import get_profile
 from edgelab.emulation.timeline import Topology
-from edgelab.experiments.park2020_resnet import ResnetRun, ResnetSummary, paper_rounds
-from edgelab.figures.park2020_resnet import render_resnet
+from edgelab.papers.park2020.resnet import ResnetRun, ResnetSummary, paper_rounds
+from edgelab.papers.park2020.resnet_figures import render_resnet
 from edgelab.report.manifest import STATUSES
 
 IDS = {f"park2020/fig5{p}" for p in "ab"} | {f"park2020/fig{n}{p}" for n in (6, 7) for p in "abcd"}

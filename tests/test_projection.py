@@ -18,8 +18,8 @@ from edgelab.emulation.device_model import for_profile
 from edgelab.emulation.profiles import calibrate, get_profile
 from edgelab.emulation.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
 from edgelab.emulation.timeline import Topology
-from edgelab.experiments import park2020_lenet as lenet
-from edgelab.figures.park2020 import render_lenet
+from edgelab.papers.park2020 import lenet
+from edgelab.papers.park2020.lenet_figures import render_lenet
 from edgelab.report import catalog
 from edgelab.report.manifest import PARK2020_IDS, ReportItem, update_manifest
 from edgelab.report.verdict import Basis, Noise, decide

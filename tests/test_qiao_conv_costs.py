@@ -9,8 +9,8 @@ import pytest
 
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import ResultsStore
-from edgelab.experiments import qiao_conv_costs as exp
-from edgelab.figures import qiao_conv_costs as figures
+from edgelab.papers.qiao import conv_costs as exp
+from edgelab.papers.qiao import conv_costs_figures as figures
 
 TINY = {
     "kernels": [3],

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import ResultsStore
-from edgelab.experiments import qiao_pipeline_training as exp
+from edgelab.papers.qiao import pipeline_training as exp
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ def test_a_network_that_does_not_take_digits_is_refused_by_name(tmp_path: Path) 
 
 @pytest.mark.integration
 def test_a_users_network_runs_both_schedules_and_renders_four_items(cluster: DeviceCluster, tmp_path: Path) -> None:
-    from edgelab.figures import qiao_pipeline_training as fig
+    from edgelab.papers.qiao import pipeline_training_figures as fig
 
     plan = exp.prepare(
         model=_small_dense,

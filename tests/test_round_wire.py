@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab import round_wire
-from edgelab.channel import Channels, ChannelServer
 from edgelab.common.wire import Flat, Packed
 from edgelab.models.builtin import ModelSpec
-from edgelab.runtime import RoundTask
+from edgelab.runtime import round_wire
+from edgelab.runtime.channel import Channels, ChannelServer
+from edgelab.runtime.tasks import RoundTask
 from edgelab.sync.compress import build_compressor
 
 ADDRESS = "tcp://127.0.0.1:9100"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from edgelab.models.builtin import ModelSpec, prepare_images
-from edgelab.runtime import DeviceRuntime, _Shard
+from edgelab.runtime.plugin import DeviceRuntime
+from edgelab.runtime.steps import _Shard
 
 
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
@@ -82,9 +83,9 @@ def test_a_device_keeps_only_the_model_it_was_last_asked_for() -> None:
 def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab import runtime
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import _train_steps, get_weights, set_weights
+    from edgelab.runtime import plugin as runtime
+    from edgelab.runtime.steps import _train_steps, get_weights, set_weights
 
     # Prepare: a seeded model with weight decay, 300 samples in a seeded order: 5 batches of 64, the last short
     # (with LOOP_BATCHES at 2, in three compiled calls)
@@ -121,7 +122,7 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
 def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: str, shape: tuple[int, ...]) -> None:
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.runtime.steps import _train_steps, get_weights
 
     # Prepare: a seeded model with weight decay (ResNet: batch normalisation's moving statistics too),
     # two models from the same seed, one for the compiled round and one for Keras' own path
@@ -150,7 +151,7 @@ def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: st
 @pytest.mark.parametrize("steps", [1, 3])
 def test_a_rounds_compiled_step_traces_the_models_train_step_once(steps: int) -> None:
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.runtime.steps import _train_steps, get_weights
 
     # Prepare: a fresh model (its metrics not made yet), its train step counted as it is traced
     rng = np.random.default_rng(3)
@@ -171,7 +172,7 @@ def test_a_rounds_compiled_step_traces_the_models_train_step_once(steps: int) ->
 
 def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.runtime.steps import _train_steps, get_weights
 
     model = build_model(ModelSpec("mlp"))
     shard = _Shard(x=np.zeros((4, 28, 28), np.uint8), y=np.zeros(4, np.int64), channel_axis=False)
@@ -187,10 +188,10 @@ def test_weights_off_the_wire_go_to_the_step_uncopied_and_train_to_the_same_bits
     import socket
     import threading
 
-    from edgelab.channel import encode, receive_message, send_message
     from edgelab.common.wire import TENSOR_ALIGNMENT, Packed, pack
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import _tensor, _train_steps, get_weights
+    from edgelab.runtime.channel import encode, receive_message, send_message
+    from edgelab.runtime.steps import _tensor, _train_steps, get_weights
 
     # Prepare: a model's weights received as a device receives them, over a real socket
     model = build_model(ModelSpec("mlp"))

@@ -9,8 +9,9 @@ import pytest
 
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
-from edgelab.emulation.tiers import ZHANG2018, start_hierarchy
-from edgelab.tiered import assignment, deploy, run_scheme
+from edgelab.emulation.tiers import ZHANG2018
+from edgelab.hierarchy.tiered import assignment, deploy, run_scheme
+from edgelab.runtime.devices import start_hierarchy
 
 SMALL = ZHANG2018.scaled(end=2, edge=1)
 

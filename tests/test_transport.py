@@ -1,10 +1,10 @@
 """Rounds by direct call, through the scheduler and by all-reduce give the same run, bit for bit.
 
 A real two-device cluster (tests/conftest.py). ``transport="direct"`` calls each
-device's runtime straight from the client (``edgelab.fleet.Fleet.direct``);
+device's runtime straight from the client (``edgelab.runtime.fleet.Fleet.direct``);
 ``"scheduler"`` scatters the weights, schedules a task and gathers, as before;
 ``"allreduce"`` keeps the weights on the devices, which average among
-themselves (``edgelab.allreduce``). Only the host's wall time may differ.
+themselves (``edgelab.peer.allreduce``). Only the host's wall time may differ.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.fleet import TRANSPORTS, Fleet
 from edgelab.models.builtin import ModelSpec, build_model
-from edgelab.runtime import ShardMissingError, get_weights, set_weights
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.runtime.fleet import TRANSPORTS, Fleet
+from edgelab.runtime.protocol import ShardMissingError
+from edgelab.runtime.steps import get_weights, set_weights
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update", "pulled_version", "staleness"]
@@ -94,7 +95,7 @@ def test_a_direct_call_returns_the_devices_own_error(cluster: DeviceCluster) -> 
 
 
 def _round_task(run_id: str) -> object:
-    from edgelab.runtime import RoundTask
+    from edgelab.runtime.tasks import RoundTask
 
     return RoundTask(run_id, ModelSpec("mlp"), 0, 0, 0, 0, 1, 32, 0)
 
@@ -129,7 +130,7 @@ def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thre
         import threading
         import time
 
-        from edgelab import runtime
+        from edgelab.runtime import plugin as runtime
 
         def where(sleep_s: float) -> str:
             time.sleep(sleep_s)
@@ -154,7 +155,7 @@ def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thre
         assert calls[3] != "MainThread"
         assert calls[4] == "MainThread"
     finally:
-        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("where", None))
+        cluster.client.run(lambda: __import__("edgelab.runtime.plugin").runtime.DIRECT_FUNCTIONS.pop("where", None))
 
 
 @pytest.mark.integration
@@ -164,7 +165,7 @@ def test_a_call_unlike_the_short_ones_before_it_goes_to_the_workers_thread(clust
         import threading
         import time
 
-        from edgelab import runtime
+        from edgelab.runtime import plugin as runtime
 
         def sized(sleep_s: float) -> str:
             time.sleep(sleep_s)
@@ -186,11 +187,11 @@ def test_a_call_unlike_the_short_ones_before_it_goes_to_the_workers_thread(clust
         assert calls[2] != "MainThread"  # never run at this cost: the worker's thread
         assert calls[3] == "MainThread"  # the short kind is still known to be short
     finally:
-        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("sized", None))
+        cluster.client.run(lambda: __import__("edgelab.runtime.plugin").runtime.DIRECT_FUNCTIONS.pop("sized", None))
 
 
 def test_rounds_of_one_batch_and_of_an_epoch_are_not_alike() -> None:
-    from edgelab.runtime import RoundTask, train_round
+    from edgelab.runtime.tasks import RoundTask, train_round
 
     batch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 1, 64, 0)
     epoch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 30, 64, 0)

@@ -1,4 +1,4 @@
-"""A user's own Keras model (or a function that builds one) trains through ``edgelab.train`` like a built-in.
+"""A user's own Keras model (or a function that builds one) trains through ``edgelab.train.data_parallel`` like a built-in.
 
 The sharpest check: the built-in LeNet-MLP's own architecture, handed over as a
 user's builder, trains to the very same weights, bit for bit, under every
@@ -16,12 +16,12 @@ import pickle
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.models.costs import activation_floats_per_sample, training_flops_per_sample, weight_count
 from edgelab.models.user import UserModel, user_model
-from edgelab.train import TrainConfig, train
+from edgelab.train.data_parallel import TrainConfig, train
 
 keras = pytest.importorskip("keras")
 
@@ -61,7 +61,7 @@ def test_costs_counted_from_the_keras_layers_equal_the_built_in_counts(name: str
 def test_the_cost_helpers_take_a_keras_model_or_a_builder_as_they_take_its_user_model() -> None:
     from edgelab.emulation.device_model import DeviceModel
     from edgelab.models.costs import input_floats_per_sample, parameter_count
-    from edgelab.train_config import estimate_memory_mb
+    from edgelab.train.config import estimate_memory_mb
 
     model = small_convnet()
     user = user_model(model)
@@ -194,9 +194,9 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_cluster_work(
 def test_the_communication_patterns_compute_a_users_gradient_like_the_built_ins(
     cluster: DeviceCluster, dataset: Dataset
 ) -> None:
-    from edgelab.collectives_worker import CollectiveRun
-    from edgelab.experiments import qiao_comm_architectures as comm
+    from edgelab.collectives.worker import CollectiveRun
     from edgelab.models.builtin import ModelSpec
+    from edgelab.papers.qiao import comm_architectures as comm
 
     # Prepare: the built-in MLP's own architecture as a user's builder, and a model unlike any built-in
     same = comm.CommParams(model=builtin("mlp"), worker_counts=(2,)).model
@@ -224,7 +224,7 @@ def test_the_communication_patterns_compute_a_users_gradient_like_the_built_ins(
 def test_the_communication_experiment_keys_a_users_model_by_digest_and_refuses_one_that_does_not_fit(
     tmp_path: object,
 ) -> None:
-    from edgelab.experiments import qiao_comm_architectures as comm
+    from edgelab.papers.qiao import comm_architectures as comm
 
     plan = comm.prepare(model=builtin("mlp"), worker_counts=[2], compressors=[], data_dir=str(tmp_path))
     key = plan.run_params(plan.runs[0])["model"]
@@ -239,8 +239,8 @@ def test_the_async_experiment_takes_a_users_model_on_the_dataset_its_input_takes
     cluster: DeviceCluster, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from edgelab.common.results import ResultsStore
-    from edgelab.experiments import park2020_async as exp
-    from edgelab.figures.park2020_async import render_fig3
+    from edgelab.papers.park2020 import sync_async as exp
+    from edgelab.papers.park2020.sync_async_figures import render_fig3
 
     wide = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
     with pytest.raises(ConfigError, match=r"^models=.*MNIST's \(28, 28\) or CIFAR-10's \(32, 32, 3\)"):

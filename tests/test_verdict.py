@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from edgelab.emulation.timeline import Topology
-from edgelab.figures.park2020 import judge_fig4, judge_time_table
+from edgelab.papers.park2020.lenet_figures import judge_fig4, judge_time_table
 from edgelab.report import verdict as policy
 from edgelab.report.reference import load_reference
 from edgelab.report.verdict import Basis, Check, Noise, decide, noise_of

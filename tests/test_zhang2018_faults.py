@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from edgelab.common.errors import ConfigError
-from edgelab.experiments import zhang2018_faults as exp
-from edgelab.figures import zhang2018_faults as fig
+from edgelab.papers.zhang2018 import faults as exp
+from edgelab.papers.zhang2018 import faults_figures as fig
 from edgelab.report.reference import load_reference
 
 

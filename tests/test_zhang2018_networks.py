@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from edgelab.figures import zhang2018_networks
+from edgelab.papers.zhang2018 import networks_figures as zhang2018_networks
 from edgelab.report.manifest import update_manifest
 
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from edgelab.common.errors import ConfigError
-from edgelab.experiments import zhang2018_schemes as exp
-from edgelab.figures import zhang2018_schemes as fig
+from edgelab.papers.zhang2018 import schemes as exp
+from edgelab.papers.zhang2018 import schemes_figures as fig
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 What part A's overhead would be if edgelab were nothing but its step. Each
 device is a plain process (no Dask, no nanny, no event loop) holding a shard
 of the digits, with the very step an edgelab device runs
-(``edgelab.runtime._train_steps``: the same compiled call, gather and delta)
+(``edgelab.runtime.steps._train_steps``: the same compiled call, gather and delta)
 and one plain TCP connection to the client. A round: the client sends the
 flat weights to every device (no pickle, no header), each device receives
 them into the same buffer every round, trains one batch and sends back two
@@ -12,7 +12,7 @@ own, sums them into a float64 running mean as they arrive (the parameter
 server's arithmetic, in preallocated buffers) and adds the mean to the
 weights in place. No records, no memory readings, no recovery, no checks. The
 devices share the host's cores under the policy edgelab's devices use
-(``edgelab.device_scheduling``), so that the two differ in their plumbing alone.
+(``edgelab.cluster.device_scheduling``), so that the two differ in their plumbing alone.
 
 Overhead = round wall minus compute, with compute as part A defines it (the
 slowest device's step wall, or the devices' step CPU over the host's cores
@@ -58,9 +58,10 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     if own_process:
         os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from edgelab import device_scheduling, runtime
+    from edgelab.cluster import device_scheduling
     from edgelab.common.wire import Flat, aligned_empty, pack
     from edgelab.models.builtin import ModelSpec
+    from edgelab.runtime import plugin as runtime
 
     if own_process:
         device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do

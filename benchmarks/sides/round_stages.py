@@ -59,9 +59,9 @@ WARMUP = 20
 
 def _trace_device(dask_worker: Any = None) -> None:
     """Wrap this device's round-channel stages so that each round call leaves its stamps (``_untrace_device``)."""
-    import edgelab.channel as channel
-    import edgelab.round_wire as round_wire
-    import edgelab.runtime as runtime
+    import edgelab.runtime.channel as channel
+    import edgelab.runtime.plugin as runtime
+    import edgelab.runtime.round_wire as round_wire
 
     if hasattr(channel, "_stage_originals"):
         channel._stage_calls.clear()
@@ -111,9 +111,9 @@ def _trace_device(dask_worker: Any = None) -> None:
 
 def _untrace_device(dask_worker: Any = None) -> list[dict[str, float]]:
     """Take this device's wrappers off; the stamps of the calls it answered meanwhile."""
-    import edgelab.channel as channel
-    import edgelab.round_wire as round_wire
-    import edgelab.runtime as runtime
+    import edgelab.runtime.channel as channel
+    import edgelab.runtime.plugin as runtime
+    import edgelab.runtime.round_wire as round_wire
 
     if not hasattr(channel, "_stage_originals"):
         return []
@@ -136,9 +136,9 @@ def trace_client(run: Callable[[], Any]) -> tuple[Any, list[tuple[str, int, floa
     (a call to the device whose channel listens on ``port`` starts out, is
     sent), ``reply`` (its reply read and decoded), ``mean0``/``mean1``.
     """
-    import edgelab.channel as channel
+    import edgelab.runtime.channel as channel
     import edgelab.sync.aggregate as aggregate
-    import edgelab.train as train
+    import edgelab.train.data_parallel as train
 
     events: list[tuple[str, int, float]] = []
     send_message, receive_reply = channel.send_message, channel._receive_reply

@@ -6,7 +6,7 @@ the step itself. A fresh process does: the framework is imported, its RSS is
 the baseline, the model is built and a first step traced, the peak counter is
 reset (``/proc/self/clear_refs``), and a second step's peak RSS above the
 baseline is the need: the model, its optimizer, the traced step and the
-activations of one batch. Run on the device (``edgelab.runtime.probe_memory``),
+activations of one batch. Run on the device (``edgelab.runtime.tasks.probe_memory``),
 with the device's own thread settings.
 """
 

@@ -12,7 +12,7 @@ process at a fixed interval:
   runtime at the point they cross the wire;
 * ``nic_bytes_sent`` / ``nic_bytes_received``: what the host's network
   interfaces (all but loopback) counted, headers and Dask's own messages
-  included. On a real board, or a shaped host (``edgelab.shaped_hosts``, a
+  included. On a real board, or a shaped host (``edgelab.cluster.shaped_hosts``, a
   network namespace per device), that is the device's own link; on the
   embedded cluster the devices talk over loopback, so these count the
   machine's other traffic, none of theirs.

@@ -14,7 +14,7 @@ WRN-28-10 9 and MobileNet 1.2, from the report's own times), so a network
 the calibration does not hold is refused rather than guessed at: give its
 times per image (``TierCalibration.with_times``).
 
-``schedule`` places a job's stages (``edgelab.tiered.SchemeRun.stages``) on
+``schedule`` places a job's stages (``edgelab.hierarchy.tiered.SchemeRun.stages``) on
 this clock. Each device works through its stages one at a time in task order.
 A task's coarse stage starts when its end device is free (every task is at
 its end device from the start, as in the report). Its fine stage starts when

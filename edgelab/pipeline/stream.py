@@ -10,7 +10,7 @@ worker and stages work on different micro-batches at once. At most
 ``max_in_flight`` micro-batches are in the system (backpressure): the next
 enters when one leaves.
 
-Devices are reached through ``edgelab.fleet.Fleet``: a device lost mid-stream
+Devices are reached through ``edgelab.runtime.fleet.Fleet``: a device lost mid-stream
 is waited for, its stages loaded again, and the micro-batches that had not
 come out are streamed again (outputs already received are kept). Every
 recovery and every replayed micro-batch is recorded.
@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import KillSchedule
 from edgelab.common.errors import ConfigError
-from edgelab.faults import KillSchedule
-from edgelab.fleet import RESTART_WAIT_S, Fleet
 from edgelab.pipeline import worker
+from edgelab.runtime.fleet import RESTART_WAIT_S, Fleet
 
 #: Phases of a stream where faults can be injected: loading the stages, and before micro-batch ``at`` enters.
 PHASES = ("load", "stream")
@@ -143,7 +143,7 @@ def stream(
     Parameters
     ----------
     cluster
-        The devices (``edgelab.cluster.connect``).
+        The devices (``edgelab.cluster.device_cluster.connect``).
     placement
         Which stage runs on which device.
     models

@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ClusterError, ConfigError
-from edgelab.fleet import Fleet
 from edgelab.models.graph import resolve_model
 from edgelab.pipeline import train_worker, worker
 from edgelab.pipeline.partition import Partition, partition, stage_model
+from edgelab.runtime.fleet import Fleet
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -144,7 +144,7 @@ def train_pipelined(
     Parameters
     ----------
     cluster
-        The devices (``edgelab.cluster.connect``).
+        The devices (``edgelab.cluster.device_cluster.connect``).
     model
         A functional Keras model, or a function that builds one (its initial weights are the run's).
     x, y

@@ -94,7 +94,7 @@ class ParameterServerSync(Strategy):
 
         None when no device trained on anything (the model does not move).
         Element by element, so a slice of every update gives that slice of the
-        step (``edgelab.allreduce`` has each device compute one slice).
+        step (``edgelab.peer.allreduce`` has each device compute one slice).
         """
         usable = [u for u in updates if u.samples > 0]
         if not usable:
