@@ -83,6 +83,7 @@ from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.models.builtin import ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
 from edgelab.runtime.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
+from edgelab.runtime.tasks import echo  # noqa: E402
 from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 SIDES = Path(__file__).resolve().parent / "sides"
@@ -170,7 +171,7 @@ def channel_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int 
     if fleet.channel_endpoints(devices) is None:
         raise RuntimeError("the devices' round channels could not be opened")
     payload = np.zeros(nbytes // 4, np.float32)
-    calls = {d: ("echo", payload) for d in devices}
+    calls = {d: (echo, payload) for d in devices}
     times = []
     for _ in range(repeats + 5):
         start = time.perf_counter()

@@ -286,12 +286,14 @@ def test_a_traced_run_has_every_stage_and_leaves_both_ends_as_they_were(bench_sy
 
     def untraced() -> dict[str, bool]:
         import edgelab.runtime.channel
-        import edgelab.runtime.plugin
+        import edgelab.runtime.protocol
         import edgelab.runtime.round_wire
+        import edgelab.runtime.tasks
 
         return {
             "frames": edgelab.runtime.channel.receive_frame.__module__ == "edgelab.runtime.channel",
-            "rounds": edgelab.runtime.tasks.DIRECT_FUNCTIONS["train_round"] is edgelab.runtime.tasks.train_round,
+            "rounds": edgelab.runtime.protocol.resolve(edgelab.runtime.round_wire.ROUND_FN).func
+            is edgelab.runtime.tasks.train_round,
             "replies": edgelab.runtime.round_wire.encode_reply.__module__ == "edgelab.runtime.round_wire",
         }
 

@@ -1,4 +1,4 @@
-"""From stored runs to items: edgelab.emulation.projection, park2020_lenet.summarize, render_lenet, the manifest, calibrate.
+"""From stored runs to items: emulation.projection, the LeNet summary, render_lenet, the manifest, calibrate.
 
 The stored runs here are hand-made, with CPU seconds, bytes and wall times
 chosen so that every projected number can be worked out by hand.

@@ -1,4 +1,4 @@
-"""A user's own Keras model (or a function that builds one) trains through ``edgelab.train.data_parallel`` like a built-in.
+"""A user's own Keras model (or a function that builds one) trains through ``edgelab.train`` like a built-in.
 
 The sharpest check: the built-in LeNet-MLP's own architecture, handed over as a
 user's builder, trains to the very same weights, bit for bit, under every

@@ -3,7 +3,7 @@
 What part A's overhead would be if edgelab were nothing but its step. Each
 device is a plain process (no Dask, no nanny, no event loop) holding a shard
 of the digits, with the very step an edgelab device runs
-(``edgelab.runtime.steps._train_steps``: the same compiled call, gather and delta)
+(``edgelab.runtime.steps.train_steps``: the same compiled call, gather and delta)
 and one plain TCP connection to the client. A round: the client sends the
 flat weights to every device (no pickle, no header), each device receives
 them into the same buffer every round, trains one batch and sends back two
@@ -66,7 +66,7 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     if own_process:
         device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
     model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
-    shard = runtime._Shard(x, y, channel_axis=False)
+    shard = runtime.Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
     buffer = aligned_empty(flat.nbytes, np.uint8)  # as a device's channel receives: TensorFlow takes it uncopied
     weights = Flat(layout, (buffer.view(flat.dtype),))  # the arrays are views of the buffer each round refills
@@ -78,7 +78,7 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
             order = shard.order(seed, index, step // per_epoch)
             start = step % per_epoch * batch
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            delta, _ = runtime._train_steps(model, shard, weights, order[start : start + batch], 1, batch)
+            delta, _ = runtime.train_steps(model, shard, weights, order[start : start + batch], 1, batch)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             sock.sendmsg([TIMES.pack(wall, cpu), memoryview(pack(delta.arrays)[1][0]).cast("B")])
             step += 1

@@ -60,8 +60,8 @@ WARMUP = 20
 def _trace_device(dask_worker: Any = None) -> None:
     """Wrap this device's round-channel stages so that each round call leaves its stamps (``_untrace_device``)."""
     import edgelab.runtime.channel as channel
-    import edgelab.runtime.plugin as runtime
     import edgelab.runtime.round_wire as round_wire
+    from edgelab.runtime import protocol
 
     if hasattr(channel, "_stage_originals"):
         channel._stage_calls.clear()
@@ -70,7 +70,7 @@ def _trace_device(dask_worker: Any = None) -> None:
     local = threading.local()  # the call a channel's thread is answering
     originals = (channel.receive_frame, channel.send_message, round_wire.decode_call, round_wire.encode_reply)
     receive_frame, send_message, decode_call, encode_reply = originals
-    train_round = runtime.DIRECT_FUNCTIONS["train_round"]
+    train_round = protocol.resolve(round_wire.ROUND_FN).func
 
     def traced_receive_frame(sock: Any, *args: Any, **kwargs: Any) -> Any:
         out = receive_frame(sock, *args, **kwargs)
@@ -106,21 +106,21 @@ def _trace_device(dask_worker: Any = None) -> None:
     channel._stage_calls = calls
     channel.receive_frame, channel.send_message = traced_receive_frame, traced_send_message
     round_wire.decode_call, round_wire.encode_reply = traced_decode_call, traced_encode_reply
-    runtime.DIRECT_FUNCTIONS["train_round"] = traced_train_round
+    protocol.replace_call(round_wire.ROUND_FN, traced_train_round)
 
 
 def _untrace_device(dask_worker: Any = None) -> list[dict[str, float]]:
     """Take this device's wrappers off; the stamps of the calls it answered meanwhile."""
     import edgelab.runtime.channel as channel
-    import edgelab.runtime.plugin as runtime
     import edgelab.runtime.round_wire as round_wire
+    from edgelab.runtime import protocol
 
     if not hasattr(channel, "_stage_originals"):
         return []
     receive_frame, send_message, decode_call, encode_reply, train_round = channel._stage_originals
     channel.receive_frame, channel.send_message = receive_frame, send_message
     round_wire.decode_call, round_wire.encode_reply = decode_call, encode_reply
-    runtime.DIRECT_FUNCTIONS["train_round"] = train_round
+    protocol.replace_call(round_wire.ROUND_FN, train_round)
     calls = list(channel._stage_calls)
     del channel._stage_originals, channel._stage_calls
     return calls

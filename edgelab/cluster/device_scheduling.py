@@ -24,7 +24,7 @@ from pathlib import Path
 
 from edgelab.common.errors import ConfigError
 
-#: The environment variable that chooses the policy, read by ``edgelab.cluster.device_cluster`` when it starts the devices.
+#: The environment variable that chooses the policy, read by ``edgelab.cluster.device_cluster`` as devices start.
 ENV = "EDGELAB_DEVICE_SCHEDULING"
 POLICIES = ("batch", "normal")
 DEFAULT = "batch"

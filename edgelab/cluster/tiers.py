@@ -1,5 +1,4 @@
-"""An end / edge / cloud hierarchy of emulated devices started on one Dask cluster (its spec: ``edgelab.emulation.tiers``).
-"""
+"""An end / edge / cloud hierarchy of emulated devices, started on one Dask cluster (its spec: ``emulation.tiers``)."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ def _address(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m edgelab.cluster.tls OUT_DIR ADDRESS [ADDRESS ...]``: a cluster's CA and certificates, and where they go."""
+    """``python -m edgelab.cluster.tls OUT_DIR ADDRESS ...``: a cluster's CA and certificates, and where they go."""
     parser = argparse.ArgumentParser(
         prog="python -m edgelab.cluster.tls",
         description="Write a CA and the scheduler's, workers' and client's certificates and keys (keys mode 0600) "

@@ -1,4 +1,4 @@
-"""Checks of parameters, one convention for all: a value that is not allowed raises ``ConfigError(name, value, allowed)``.
+"""Checks of parameters, one convention: a value not allowed raises ``ConfigError(name, value, allowed)``.
 
 Each returns the value it checked, so a caller validates and keeps in one line.
 ``name`` is what the user wrote (a notebook's parameter), so the error names

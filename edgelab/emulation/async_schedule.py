@@ -132,7 +132,7 @@ def run_schedule(
     topology: Topology,
     slowdown: Mapping[int, float] | None = None,
 ) -> pd.DataFrame:
-    """The schedule ``edgelab.train.data_parallel`` runs an asynchronous run of ``model`` in (``simulate`` on its inputs).
+    """The schedule an asynchronous run of ``model`` runs in (``edgelab.train``; ``simulate`` on its inputs).
 
     Each step of a device takes the device model's time for its samples, each
     pull and push carries every weight (4 bytes each) over the profile's

@@ -157,5 +157,3 @@ ZHANG2018 = HierarchySpec(
         "assumed": "memory, bandwidth and the cloud's cores are not stated; the values here are choices",
     },
 )
-
-

@@ -155,6 +155,7 @@ class Graph:
 
 
 def tensor_shape(t: Any) -> tuple[Any, ...]:
+    """A Keras tensor's shape without its batch axis."""
     return tuple(t.shape[1:])
 
 
@@ -165,6 +166,7 @@ def _elements(t: Any) -> int:
 
 
 def tensor_bytes(t: Any) -> int:
+    """Bytes of one image's worth of a Keras tensor, at its dtype."""
     # Bits from the dtype name ("float32" -> 4 bytes, "bfloat16" -> 2); "bool" has no digits and takes 1.
     bits = re.search(r"\d+", str(t.dtype))
     return _elements(t) * (max(1, int(bits.group()) // 8) if bits else 1)
@@ -216,7 +218,9 @@ def layer_costs(model: keras.Model | Callable[[], keras.Model]) -> list[LayerCos
         macs = sum(_macs(layer, n) for n in nodes)
         first = nodes[0].outputs
         out = sum(tensor_bytes(t) for t in first)
-        costs.append(LayerCost(i, layer.name, type(layer).__name__, macs, layer.count_params(), tensor_shape(first[0]), out))
+        costs.append(
+            LayerCost(i, layer.name, type(layer).__name__, macs, layer.count_params(), tensor_shape(first[0]), out)
+        )
     return costs
 
 

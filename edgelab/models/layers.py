@@ -1,5 +1,4 @@
-"""One layer's cost, as the analytic models and users' models list them: shape, parameters, multiply-adds.
-"""
+"""One layer's cost, as the analytic models and users' models list them: shape, parameters, multiply-adds."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Jeon et al.'s MobileNetV2 as one flat functional model of 157 layers, and the layer counts it could be.
-"""
+"""Jeon et al.'s MobileNetV2 as one flat functional model of 157 layers, and the layer counts it could be."""
 
 from __future__ import annotations
 

@@ -374,5 +374,3 @@ def stage_model(model: keras.Model | Callable[[], keras.Model], stage: Stage) ->
         outs[0] if len(outs) == 1 else outs,
         name=f"{model.name}_stage{stage.index}",
     )
-
-

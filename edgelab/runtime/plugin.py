@@ -127,7 +127,9 @@ class DeviceRuntime(WorkerPlugin):
                 args = (self, *args) if call.needs_runtime else args
                 if call.waits:  # they wait for peers' pieces, which arrive on this loop: never inline
                     executor = self._worker.executors["default"]
-                    result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, call.func, args)
+                    result = await asyncio.get_running_loop().run_in_executor(
+                        executor, _as_device, self, call.func, args
+                    )
                 else:
                     result = await self.run(call.func, args)
         except Exception as exc:

@@ -1,5 +1,4 @@
-"""What the client and a device worker agree on: the handlers' names, the plugin's, the errors a device returns.
-"""
+"""What the client and a device worker agree on: the handlers' names, the plugin's, the errors a device returns."""
 
 from __future__ import annotations
 
@@ -119,3 +118,16 @@ def resolve(name: str) -> DeviceCall:
     if call is None:
         raise ValueError(f"fn={name!r} is not a device call: an edgelab function decorated with device_call")
     return call
+
+
+def replace_call(name: str, func: Callable[..., Any] | None) -> DeviceCall | None:
+    """Run ``func`` for the call ``name`` from now on, or forget the call (None): what it replaced, if anything.
+
+    For instrumenting a device (the benchmarks' stage stamps) and tests; the call keeps how it runs.
+    """
+    before = _CALLS.get(name)
+    if func is None:
+        _CALLS.pop(name, None)
+    else:
+        _CALLS[name] = DeviceCall(name, func, *(before.needs_runtime, before.waits, before.one_way) if before else ())
+    return before

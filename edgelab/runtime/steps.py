@@ -1,5 +1,7 @@
-"""A device's training steps in TensorFlow: its shard, the weights in and out without Keras' walk over the layers,
-a round of one batch or of many as one compiled call.
+"""A device's training steps in TensorFlow: its shard, and a round of one batch or of many as one compiled call.
+
+The weights go in and come out without Keras' walk over the layers: the very
+kernels its assignments run, on variables listed once per model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from edgelab.runtime.protocol import Weights
 
 @dataclass
 class Shard:
+    """A device's shard of a run's training data, and how a batch of it is gathered."""
+
     # The images stay uint8 (a quarter of float32: 154 MB, not 614 MB, for all
     # of CIFAR-10 on one device) and each batch is scaled as it is gathered, to
     # the very floats ``edgelab.models.builtin.prepare_images`` gives, in numpy (bit for
@@ -54,6 +58,7 @@ class Shard:
 
 
 def warm(model: Any, shard: Shard, batch_size: int, steps: int) -> None:
+    """Trace ``model``'s compiled steps on real batches now, so that no round's measured CPU time holds it."""
     # Run a round's own code on real batches, so whatever its first call costs (tracing,
     # eager kernels of the gather, set/get_weights) is paid here. Both compiled steps take
     # any number and size of batches (an epoch's short last one too), so one trace serves all.

@@ -1,5 +1,7 @@
-"""The work a device does for a run, called by the client (directly, on its round channel, or as Dask tasks):
-load its shard, train a round, evaluate, monitor itself, probe a step's memory.
+"""The work a device does for a run: load its shard, train a round, evaluate, monitor itself, probe a step's memory.
+
+The client calls these directly (``device_call``: on Dask's comms or the
+device's round channel) or as Dask tasks.
 """
 
 from __future__ import annotations
@@ -223,6 +225,7 @@ def echo(*values: Any) -> tuple[Any, ...]:
 
 
 #: What a client may call on a device directly, without the scheduler (``DeviceRuntime._direct``).
+
 
 def probe_memory(model: str | UserModelPayload, batch_size: int, timeout_s: float = 600.0) -> dict[str, float]:
     """What a training step of ``model`` needs on this device, measured in a fresh process (``memory_probe``).

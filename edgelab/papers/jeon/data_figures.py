@@ -2,7 +2,7 @@
 
 fig1 is read from the real flat MobileNetV2 (``edgelab.models.mobilenet.flat_mobilenet_v2``); fig7, fig8 and
 jeon/eq-augmentation are counts of the data set as loaded and as augmented on the device workers
-(``edgelab.papers.jeon.augment``); fig9 is the Keras history of the two training phases with F1 and the confusion matrix.
+(``edgelab.papers.jeon.augment``); fig9 is the Keras history of the two training phases, F1 and the confusion matrix.
 
 Two limits of this workplace, not of the paper (catalog "How to read"): the Kaggle PlantVillage files and the
 ImageNet weights cannot be downloaded here. A run on the 1,600-image offline sample, or from random weights, says so

@@ -28,7 +28,7 @@ from edgelab.report.verdict import Basis, Noise
 
 ID = "qiao/method-fedavg"
 CLOCK = (
-    "device_s: every round composed by edgelab.emulation.timeline.compose: the slowest trained device's compute from the "
+    "device_s: every round composed by edgelab.emulation.timeline: the slowest trained device's compute from the "
     "profile's device model (steps and samples), plus each device's pull and push at the profile's link rate; "
     "accuracy and bytes are measured"
 )

@@ -54,7 +54,7 @@ CHOICES = [
     "QSGD's levels bit-packed at bit_length(s) bits plus a sign bit (not the paper's Elias coding)",
 ]
 CLOCK = (
-    "emulated per step (edgelab.emulation.timeline.compose): each device's measured CPU time of the round (training and "
+    "emulated per step (edgelab.emulation.timeline): each device's measured CPU time of the round (training and "
     "compression) times the calibrated speed factor, plus the serialized bytes it pulled and pushed over a "
     "shared {link:g} Mbit/s link to a separate parameter server"
 )

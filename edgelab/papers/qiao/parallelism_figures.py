@@ -35,9 +35,9 @@ from edgelab.report.style import data_source, markdown_table, save_figure, save_
 from edgelab.report.verdict import FLOAT32_TOLERANCE, ROUNDING_TOLERANCE, Basis, Noise
 
 CLOCK_DATA = (
-    "the profile's device model (edgelab.emulation.device_model: a fixed cost per step plus FLOPs over the fitted rate) for "
+    "the profile's device model (emulation.device_model: a fixed cost per step plus FLOPs over the fitted rate) for "
     "every step; each pull and push at the link's latency plus the weights' bytes over its rate through the "
-    "parameter server on the first device (edgelab.emulation.timeline.compose for Sync-SGD, edgelab.emulation.async_schedule for "
+    "parameter server on the first device (emulation.timeline.compose for Sync-SGD, emulation.async_schedule for "
     "Async-SGD, whose updates the run applied in that order)"
 )
 CLOCK_MODEL = (

@@ -24,7 +24,7 @@ from edgelab.report.verdict import ROUNDING_TOLERANCE, Basis, Check, Noise, Verd
 
 ID = "qiao/method-placement"
 CLOCK = (
-    "the hierarchy's clock (edgelab.hierarchy.placement): each stage's share of the network's MACs times zhang2018/table1's "
+    "the hierarchy's clock (hierarchy.placement): each stage's share of the network's MACs times zhang2018/table1's "
     "time per image on its host's tier, each move between hosts at half the higher tier's round-trip latency plus "
     "the bytes the stage really received at its bandwidth"
 )
@@ -151,7 +151,7 @@ def render(
         "",
         f"The job-level choice for the same hierarchy with 8 end devices (the report's job: {exp.REPORT_TASKS} tasks "
         f"of {exp.REPORT_TASK_SIZE} images, its networks per tier): each scheme's eq1-eq6 time and the per-device "
-        "mapping that finishes first (edgelab.emulation.schemes.place). End is the fastest because it gives only the coarse "
+        "mapping that finishes first (emulation.schemes.place). End is the fastest because it gives only the coarse "
         "answer; the others add the fine one.",
         "",
         markdown_table(jobs.round(3)),

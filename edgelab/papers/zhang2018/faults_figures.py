@@ -31,7 +31,7 @@ from edgelab.report.style import data_source, markdown_table, save_figure, save_
 from edgelab.report.verdict import Basis, Check, Noise
 
 CLOCK = (
-    "the fault-tolerance clock (edgelab.hierarchy.fault_tolerance): zhang2018/table1's end-device time per image for each "
+    "the fault-tolerance clock (hierarchy.fault_tolerance): zhang2018/table1's end-device time per image for each "
     "answer, the end link for each send, the timeout for each send to a dead device, the monitor's query "
     "interval; every answer a real inference and every failure a real SIGKILL, taken in the clock's order"
 )

@@ -159,7 +159,9 @@ def render(
             fitted=[],
             predicted=[],
             noise=Noise.none("the devices the runs configured, listed"),
-            choices=["memory, bandwidth and the cloud's cores, which the report does not state (edgelab.emulation.tiers)"],
+            choices=[
+                "memory, bandwidth and the cloud's cores, which the report does not state (edgelab.emulation.tiers)"
+            ],
         ),
         "qiao/fig1-1": verdict.decide(
             [], fitted=[], predicted=[], noise=Noise.none("a diagram"), reason=sketch, reason_class="qualitative"

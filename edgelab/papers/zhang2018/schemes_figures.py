@@ -36,7 +36,7 @@ EQUATIONS = {
     "zhang2018/eq6": ("Mapping", "T_Mapping = theta_cloud x T_End-Cloud + (1 - theta_cloud) x T_End-Edge", "bound"),
 }
 CLOCK = (
-    "the hierarchy's clock (edgelab.emulation.tier_clock): each stage's images at zhang2018/table1's stand-alone time per "
+    "the hierarchy's clock (emulation.tier_clock): each stage's images at zhang2018/table1's stand-alone time per "
     "image of its network on its tier, plus the upper tier's latency and the task's bytes at its bandwidth, "
     "in the order the run's stages went"
 )

@@ -352,7 +352,7 @@ def accuracy_text(plan: exp.Plan, accuracy: pd.DataFrame) -> list[str]:
     )
     lines = [
         f"Accuracy (rows 4 and 5): each network trained on the cloud tier's device with the report's recipe "
-        f"(optimizer, learning rate, batch size; `edgelab.hierarchy.tier_training.RECIPES`), for {p.epochs} epoch(s) of "
+        f"(optimizer, learning rate, batch size; `hierarchy.tier_training.RECIPES`), for {p.epochs} epoch(s) of "
         f"{p.train_images:,} training images, and scored on {p.test_images:,} test images. A fine network's coarse "
         "answer is its fine answer's superclass. The report trains 100-500 epochs on 50,000 images with "
         "augmentation; this is far shorter, so these accuracies are not the report's.",
