@@ -230,7 +230,7 @@ def test_reproduce_logs_library_output_reports_progress_resumes_and_survives_a_f
     good = _notebook(
         tmp_path / "tiny_runs.ipynb",
         "import os\nos.write(2, b'I0000 library start-up noise\\n')",
-        "from edgelab import progress\nfor done in range(3):\n    progress.report(done, 2, f'run {done}')",
+        "from edgelab.common import progress\nfor done in range(3):\n    progress.report(done, 2, f'run {done}')",
     )
     bad = _notebook(tmp_path / "tiny_fails.ipynb", "raise RuntimeError('the device caught fire')")
     reports = tmp_path / "reports"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux sc
 # Applies a policy in a fresh interpreter (never to the test process's own threads), then starts a thread.
 _APPLY = """
 import os, threading, sys
-from edgelab import device_scheduling as d
+from edgelab.cluster import device_scheduling as d
 seen = []
 early = threading.Thread(target=lambda: threading.Event().wait(0.5))
 early.start()  # running before the policy is applied: it must be set too

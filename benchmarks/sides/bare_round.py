@@ -61,12 +61,13 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     from edgelab.cluster import device_scheduling
     from edgelab.common.wire import Flat, aligned_empty, pack
     from edgelab.models.builtin import ModelSpec
-    from edgelab.runtime import plugin as runtime
+    from edgelab.runtime.plugin import DeviceRuntime
+    from edgelab.runtime.steps import Shard, train_steps
 
     if own_process:
         device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
-    model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
-    shard = runtime.Shard(x, y, channel_axis=False)
+    model = DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
+    shard = Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
     buffer = aligned_empty(flat.nbytes, np.uint8)  # as a device's channel receives: TensorFlow takes it uncopied
     weights = Flat(layout, (buffer.view(flat.dtype),))  # the arrays are views of the buffer each round refills
@@ -78,7 +79,7 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
             order = shard.order(seed, index, step // per_epoch)
             start = step % per_epoch * batch
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            delta, _ = runtime.train_steps(model, shard, weights, order[start : start + batch], 1, batch)
+            delta, _ = train_steps(model, shard, weights, order[start : start + batch], 1, batch)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             sock.sendmsg([TIMES.pack(wall, cpu), memoryview(pack(delta.arrays)[1][0]).cast("B")])
             step += 1

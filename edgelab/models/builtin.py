@@ -161,10 +161,11 @@ def _network(keras: Any, name: str) -> keras.Model:
 
 
 def prepare_images(name: str | UserModel, images_uint8: object) -> object:
-    """Scale uint8 images to float32 in [0, 1] with the input shape the model expects."""
+    """uint8 images scaled to float32 in [0, 1] (a user's float features as they are), shaped for the model."""
     import numpy as np
 
-    x = np.asarray(images_uint8, dtype=np.float32) / 255.0
+    raw = np.asarray(images_uint8)
+    x = raw.astype(np.float32) / np.float32(255.0) if raw.dtype == np.uint8 else raw.astype(np.float32)
     if isinstance(name, UserModel):
         return x.reshape((len(x), *prepared_shape(name, x.shape[1:])))
     return x[..., None] if name == "cnn" else x

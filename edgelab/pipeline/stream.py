@@ -288,3 +288,30 @@ def _check(
             raise ConfigError(
                 "x", tuple(x.shape), f"inputs of shape (N, {', '.join(map(str, want))}) for {chain[0][0]}"
             )
+
+
+def run_pipeline(
+    cluster: DeviceCluster,
+    model: Any,
+    x: np.ndarray,
+    *,
+    n_stages: int | None = None,
+    balance: str = "macs",
+    micro_batch: int = 32,
+    max_in_flight: int = 8,
+) -> StreamResult:
+    """Cut ``model`` into ``n_stages`` stages (default: one per device), one per device, and stream ``x`` through.
+
+    The cuts balance ``balance`` (``edgelab.pipeline.partition``); ``x`` is the
+    first stage's input, already preprocessed (float32, ``(N, ...)``). The
+    outputs equal the whole model's (``StreamResult.outputs[0]``).
+    """
+    from edgelab.models.graph import resolve_model
+    from edgelab.pipeline.partition import partition, stage_model
+
+    whole = resolve_model(model)
+    cut = partition(whole, n_stages or len(cluster.devices), balance=balance)
+    names = [f"stage{s.index}" for s in cut.stages]
+    stages = {name: stage_model(whole, s) for name, s in zip(names, cut.stages, strict=True)}
+    placement = Placement.pipeline(names, cluster.devices)
+    return stream(cluster, placement, stages, x, micro_batch=micro_batch, max_in_flight=max_in_flight)

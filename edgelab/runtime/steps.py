@@ -25,7 +25,7 @@ class Shard:
     # the very floats ``edgelab.models.builtin.prepare_images`` gives, in numpy (bit for
     # bit TensorFlow's eager gather and scaling, tested on every uint8 value, at
     # a twentieth of its cost).
-    x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8
+    x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8 images, or a user's float32 features (n, ...)
     y: np.ndarray  # (n,) int64
     channel_axis: bool  # the model wants a trailing channel axis the images lack (LeNet-CNN)
     _order: tuple[tuple[int, int, int], np.ndarray] | None = None
@@ -53,7 +53,9 @@ class Shard:
         """
         idx = np.sort(idx, axis=1)
         # Cast and scaled in one pass (the same float32 division), into memory TensorFlow takes uncopied.
-        x = np.divide(self.x[idx], np.float32(255.0), out=aligned_empty((*idx.shape, *self.x.shape[1:]), np.float32))
+        # uint8 images scale to [0, 1]; a user's float features go in as they are (divided by one).
+        scale = np.float32(255.0) if self.x.dtype == np.uint8 else np.float32(1.0)
+        x = np.divide(self.x[idx], scale, out=aligned_empty((*idx.shape, *self.x.shape[1:]), np.float32))
         return (x[..., None] if self.channel_axis else x), self.y[idx]
 
 
