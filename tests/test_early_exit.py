@@ -71,10 +71,7 @@ def test_the_exit_rule_is_eta_at_most_t_and_nothing_exits_at_t_zero() -> None:
             r"cloud_block='a function \(a, b, c\)' is not allowed: a function \(combined_shape, num_classes\)",
         ),
         (lambda: exp.EarlyExitParams(devices=0), r"devices=0 is not allowed"),
-        (
-            lambda: exp.EarlyExitParams(aggregations=("max", "median")),
-            r"aggregations=\('max', 'median'\) is not allowed",
-        ),
+        (lambda: exp.EarlyExitParams(aggregations=("max", "median")), r"aggregations=\('max', 'median'\) is not"),
         (lambda: exp.EarlyExitParams(thresholds=(0.0, 1.2)), r"thresholds=1.2 is not allowed"),
         (lambda: exp.EarlyExitParams(routed_thresholds=(-1,)), r"routed_thresholds=-1 is not allowed"),
         (lambda: exp.EarlyExitParams(cloud_mbps=0.0), r"cloud_mbps=0.0 is not allowed"),

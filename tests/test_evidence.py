@@ -73,9 +73,8 @@ def test_an_undecided_check_must_say_why() -> None:
 
 def test_an_item_with_nothing_to_check_names_its_reason_class() -> None:
     # Execute
-    v = decide(
-        [], fitted=[], predicted=[], noise=Noise.none("a diagram"), reason="a diagram", reason_class="qualitative"
-    )
+    none = Noise.none("a diagram")
+    v = decide([], fitted=[], predicted=[], noise=none, reason="a diagram", reason_class="qualitative")
 
     # Assert
     assert (v.status, v.reason_class, v.why) == ("not judged", "qualitative", "a diagram")

@@ -77,7 +77,7 @@ def test_rounds_in_the_lean_form_arrive_as_their_pickles_would_and_the_plan_trav
 ) -> None:
     # Prepare: three rounds on one channel, their weights from the last round's reply
     stand_in, server = device
-    channels = Channels(lambda _: server.address)
+    channels = Channels(lambda _: server.endpoint)
     plans = []
     decode_call = round_wire.decode_call
 
@@ -120,7 +120,7 @@ def test_an_unknown_peak_a_compressed_round_and_an_error_travel_as_they_did(
 ) -> None:
     # Prepare
     stand_in, server = device
-    channels = Channels(lambda _: server.address)
+    channels = Channels(lambda _: server.endpoint)
     leans = _count(monkeypatch, "decode_reply")
     stand_in.peak = None
 
@@ -145,7 +145,7 @@ def test_an_unknown_peak_a_compressed_round_and_an_error_travel_as_they_did(
 def test_a_channel_opened_again_sends_its_plan_again(device: tuple[_Device, ChannelServer]) -> None:
     # Prepare: a round, then the channel dropped (as a recovery drops it)
     stand_in, server = device
-    channels = Channels(lambda _: server.address)
+    channels = Channels(lambda _: server.endpoint)
     call = {"d": (ADDRESS, round_wire.ROUND_FN, (_task(0), Packed(_weights(0))))}
     channels.call_all(call, check=lambda: None, poll_s=1)
     channels._drop(ADDRESS)
@@ -163,7 +163,7 @@ def test_a_call_naming_a_plan_its_channel_never_got_is_answered_with_an_error(
 ) -> None:
     # Prepare: the client believes the plan was sent (it was not, on this connection)
     stand_in, server = device
-    channels = Channels(lambda _: server.address)
+    channels = Channels(lambda _: server.endpoint)
     task, weights = _task(0), Packed(_weights(0))
     channels.reachable([ADDRESS])
     channels._plans[ADDRESS] = [round_wire.plan_key(task, weights)]

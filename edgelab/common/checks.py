@@ -56,20 +56,22 @@ def number(
     above: float | None = None,
     at_least: float | None = None,
     at_most: float | None = None,
+    below: float | None = None,
     unit: str = "",
     none: str = "",
 ) -> Any:
-    """``value`` if it is a real number ``> above``, ``>= at_least`` and ``<= at_most`` (each when given)."""
+    """``value`` if it is a real number ``> above``, ``>= at_least``, ``<= at_most``, ``< below`` (each if given)."""
     if value is None and none:
         return None
     bounds = [
         f"> {above:g}" if above is not None else "",
         f">= {at_least:g}" if at_least is not None else "",
         f"<= {at_most:g}" if at_most is not None else "",
+        f"< {below:g}" if below is not None else "",
     ]
     ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not nan
     ok = ok and (above is None or value > above) and (at_least is None or value >= at_least)
-    ok = ok and (at_most is None or value <= at_most)
+    ok = ok and (at_most is None or value <= at_most) and (below is None or value < below)
     if not ok:
         what = f"a number{' of ' + unit if unit else ''} " + " and ".join(b for b in bounds if b)
         raise ConfigError(name, value, what.strip() + (f", or None ({none})" if none else ""))

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_resource
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError, DeviceOutOfMemory
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -133,6 +134,11 @@ class ResnetParams:
             raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
         if isinstance(self.memory_repeats, bool) or not isinstance(self.memory_repeats, int) or self.memory_repeats < 1:
             raise ConfigError("memory_repeats", self.memory_repeats, "an integer >= 1 (probes of each memory need)")
+        # The training settings, checked before any data loads (TrainConfig checks them only once it is built).
+        checks.number("learning_rate", self.learning_rate, above=0)
+        checks.number("momentum", self.momentum, at_least=0, below=1)
+        checks.number("weight_decay", self.weight_decay, at_least=0)
+        checks.integer("max_steps", self.max_steps, at_least=1, none="every batch")
         self.topology  # noqa: B018 - validates the link settings now
 
     @property

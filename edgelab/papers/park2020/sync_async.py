@@ -122,6 +122,10 @@ class AsyncParams:
                 raise ConfigError(name, value, "an integer >= 1")
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.progress_devices):
             raise ConfigError("progress_devices", self.progress_devices, "a list of integers >= 1")
+        # The training settings, checked before any data loads (TrainConfig checks them only once it is built).
+        checks.number("learning_rate", self.learning_rate, above=0)
+        checks.number("momentum", self.momentum, at_least=0, below=1)
+        checks.number("weight_decay", self.weight_decay, at_least=0)
         # Checked here, under the notebook's own names, before TrainConfig would name them as it does.
         checks.choice("lenet_worker_data", self.lenet_worker_data, WORKER_DATA)
         checks.integer("resnet_max_steps", self.resnet_max_steps, at_least=1, none="every batch")
