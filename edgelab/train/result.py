@@ -12,10 +12,19 @@ time is their measured wall time, and nothing is emulated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from edgelab.train.data_parallel import TrainRun
+
+class _Run(Protocol):
+    """What the result reads of a run (``edgelab.train.data_parallel.TrainRun``)."""
+
+    config: Any
+    records: Any
+    evaluations: Any
+    host: dict[str, Any]
+    profile: Any
+    emulated: bool
+    topology: Any
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,7 @@ class RunResult:
         )
 
 
-def result_of(run: TrainRun) -> RunResult:
+def result_of(run: _Run) -> RunResult:
     """The run's accuracy (the last evaluation's), its board time and clock, and the host's wall time."""
     from edgelab.emulation import timeline
     from edgelab.emulation.device_model import FIT_CELLS, for_profile
