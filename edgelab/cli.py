@@ -30,7 +30,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -271,11 +272,9 @@ def reproduce(
     import papermill
     from tqdm import tqdm
 
-    out_dir = reports / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    (reports / "notebooks").mkdir(parents=True, exist_ok=True)
     status = Status(reports)
     log = reports / LOG_NAME
-    failures = 0
     with contextlib.ExitStack() as stack:
         console: TextIO = stack.enter_context(_output_to(log)) if quiet else sys.stdout
         if quiet:
@@ -283,80 +282,104 @@ def reproduce(
         # Bars on a terminal; a log or a pipe gets only the lines.
         bar = stack.enter_context(tqdm(total=len(notebooks), unit="notebook", file=console, disable=None, position=0))
         runs = stack.enter_context(tqdm(total=0, unit="run", file=console, disable=None, position=1, leave=False))
+        runner = _Runner(profile, reports, scheduler_address, force, status, console, bar, runs)
+        return sum(runner.run(nb, papermill.execute_notebook) for nb in notebooks)
 
-        def say(line: str) -> None:
-            tqdm.write(line, file=console)
 
-        def on_runs(done: int, total: int, label: str) -> None:
-            if done == 0:
-                runs.reset(total=total)
-            else:
-                runs.update(done - runs.n)
-                runs.set_postfix_str(label[:60], refresh=True)
+@dataclass
+class _Runner:
+    """What every notebook of one ``reproduce`` shares: where it writes, what it prints to, its bars (tqdm)."""
 
-        for nb in notebooks:
-            bar.set_description(nb.stem)
-            reason = missing_data(nb)
-            if reason:
-                # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
-                say(f"edgelab: skipping {nb.name}: {reason}")
-                status.record(nb, "skipped", reason=reason)
-                bar.update()
-                continue
-            params = notebook_parameters(profile, nb, reports, scheduler_address)
-            target = out_dir / nb.name
-            digest = inputs_digest(profile, nb, params)
-            if not force and status.up_to_date(nb, digest, target):
-                say(f"edgelab: {nb.name} is up to date (same notebook, parameters, code and data); --force runs it")
-                bar.update()
-                continue
-            start = time.perf_counter()
-            name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
-            say(f"edgelab: running {name} ({profile}) -> {target}")
-            runs.reset(total=0)
-            # Until it finishes, the report says it did not (an interruption leaves it so).
-            status.record(nb, "started", profile=profile)
-            progress_path = reports / f".{nb.stem}.progress"
-            # The kernel and every process it starts keep their temporary files (TensorFlow's traced
-            # functions, Dask's spill space) in a folder of the notebook's, removed when it ends: a killed
-            # kernel removes nothing itself, and 19 notebooks left hundreds of files in /tmp a run.
-            scratch = tempfile.TemporaryDirectory(prefix=f"edgelab-{nb.stem}-", ignore_cleanup_errors=True)
-            try:
-                with (
-                    progress.Follower(progress_path, on_runs),
-                    environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
-                ):
-                    # Every cell's output is in when the last cell ends, so the kernel is killed, its process
-                    # group with it (fork server, any device left running), instead of asked to exit: a kernel
-                    # with TensorFlow loaded takes 2-3 s to exit gracefully, 19 times a run.
-                    papermill.execute_notebook(
-                        str(nb),
-                        str(target),
-                        parameters=params,
-                        cwd=str(nb.parent),
-                        progress_bar=False,
-                        shutdown_kernel="immediate",
-                    )
-            except KeyboardInterrupt:
-                # papermill leaves the kernel running when interrupted, and with it its devices, which would
-                # go on writing into the scratch folder removed below and training on the cores.
-                _end_children()
-                raise
-            except Exception as exc:  # report and go on with the other notebooks
-                failures += 1
-                error = _one_line(exc)
-                seconds = time.perf_counter() - start
-                say(f"edgelab: {nb.name} FAILED after {seconds:.0f} s: {error} (details: {log}, {target})")
-                status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=profile)
-                continue
-            finally:
-                scratch.cleanup()
-                progress_path.unlink(missing_ok=True)
-                bar.update()
+    profile: str
+    reports: Path
+    scheduler_address: str | None
+    force: bool
+    status: Status
+    console: TextIO
+    bar: Any  # the notebooks done
+    runs: Any  # the runs done inside the notebook that runs
+
+    def say(self, line: str) -> None:
+        """Print ``line`` above the bars."""
+        from tqdm import tqdm
+
+        tqdm.write(line, file=self.console)
+
+    def on_runs(self, done: int, total: int, label: str) -> None:
+        """The notebook that runs finished ``done`` of its ``total`` runs, the last ``label``."""
+        if done == 0:
+            self.runs.reset(total=total)
+        else:
+            self.runs.update(done - self.runs.n)
+            self.runs.set_postfix_str(label[:60], refresh=True)
+
+    def run(self, nb: Path, execute_notebook: Callable[..., Any]) -> bool:
+        """Run ``nb`` with ``execute_notebook`` (papermill's) unless its data is missing or it is up to date.
+
+        Returns whether it failed.
+        """
+        self.bar.set_description(nb.stem)
+        reason = missing_data(nb)
+        if reason:
+            # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
+            self.say(f"edgelab: skipping {nb.name}: {reason}")
+            self.status.record(nb, "skipped", reason=reason)
+            self.bar.update()
+            return False
+        params = notebook_parameters(self.profile, nb, self.reports, self.scheduler_address)
+        target = self.reports / "notebooks" / nb.name
+        digest = inputs_digest(self.profile, nb, params)
+        if not self.force and self.status.up_to_date(nb, digest, target):
+            self.say(f"edgelab: {nb.name} is up to date (same notebook, parameters, code and data); --force runs it")
+            self.bar.update()
+            return False
+        start = time.perf_counter()
+        name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
+        self.say(f"edgelab: running {name} ({self.profile}) -> {target}")
+        self.runs.reset(total=0)
+        # Until it finishes, the report says it did not (an interruption leaves it so).
+        self.status.record(nb, "started", profile=self.profile)
+        progress_path = self.reports / f".{nb.stem}.progress"
+        # The kernel and every process it starts keep their temporary files (TensorFlow's traced
+        # functions, Dask's spill space) in a folder of the notebook's, removed when it ends: a killed
+        # kernel removes nothing itself, and 19 notebooks left hundreds of files in /tmp a run.
+        scratch = tempfile.TemporaryDirectory(prefix=f"edgelab-{nb.stem}-", ignore_cleanup_errors=True)
+        try:
+            with (
+                progress.Follower(progress_path, self.on_runs),
+                environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
+            ):
+                # Every cell's output is in when the last cell ends, so the kernel is killed, its process
+                # group with it (fork server, any device left running), instead of asked to exit: a kernel
+                # with TensorFlow loaded takes 2-3 s to exit gracefully, 19 times a run.
+                execute_notebook(
+                    str(nb),
+                    str(target),
+                    parameters=params,
+                    cwd=str(nb.parent),
+                    progress_bar=False,
+                    shutdown_kernel="immediate",
+                )
+        except KeyboardInterrupt:
+            # papermill leaves the kernel running when interrupted, and with it its devices, which would
+            # go on writing into the scratch folder removed below and training on the cores.
+            _end_children()
+            raise
+        except Exception as exc:  # report and go on with the other notebooks
+            error = _one_line(exc)
             seconds = time.perf_counter() - start
-            say(f"edgelab: {nb.name} done in {seconds:.0f} s")
-            status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
-    return failures
+            log = self.reports / LOG_NAME
+            self.say(f"edgelab: {nb.name} FAILED after {seconds:.0f} s: {error} (details: {log}, {target})")
+            self.status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=self.profile)
+            return True
+        finally:
+            scratch.cleanup()
+            progress_path.unlink(missing_ok=True)
+            self.bar.update()
+        seconds = time.perf_counter() - start
+        self.say(f"edgelab: {nb.name} done in {seconds:.0f} s")
+        self.status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=self.profile)
+        return False
 
 
 def _end_children() -> None:

@@ -536,9 +536,9 @@ def test_a_forged_piece_for_another_run_or_installation_is_dropped() -> None:
     rt = SimpleNamespace(peers={"r1": SimpleNamespace(token=7, inbox=inbox)})
 
     # Execute: a piece for another run, one with a wrong token, then the real one
-    other_run = receive(rt, "r2", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
-    wrong_token = receive(rt, "r1", 8, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
-    real = receive(rt, "r1", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
+    other_run = receive(rt, "r2", 7, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
+    wrong_token = receive(rt, "r1", 8, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
+    real = receive(rt, "r1", 7, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
 
     # Assert: only the real one is taken
     assert (other_run, wrong_token, real) == ("dropped", "dropped", "OK")

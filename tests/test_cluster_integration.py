@@ -466,7 +466,7 @@ def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
     cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare: restart pi3b-1's worker process (a real kill and respawn by its nanny) after round 2
-    import edgelab.train.data_parallel as train_module
+    from edgelab.train import data_parallel as train_module
 
     real_build = train_module.build_strategy
     restarted_at: list[str] = []
@@ -569,12 +569,14 @@ def test_a_real_cluster_by_address_reports_measured_wall_time(
         assert wall[run.params["train"]["n_devices"]] == pytest.approx(expected)
     table1 = next(i for i in items if i.id == "park2020/table1")
     assert table1.clock.startswith("measured wall time on the attached cluster")
-    assert table1.verdict["fitted"] == []
+    assert table1.verdict.fitted == []
 
 
 def test_the_embedded_cluster_listens_on_loopback_only(cluster: DeviceCluster) -> None:
     import inspect
     from urllib.parse import urlparse
+
+    from edgelab.cluster import device_cluster
 
     # Execute: where the scheduler, the workers and the dashboard listen
     scheduler = cluster.client.scheduler.address
@@ -585,4 +587,4 @@ def test_the_embedded_cluster_listens_on_loopback_only(cluster: DeviceCluster) -
     assert scheduler.startswith("tcp://127.0.0.1:")
     assert all(w.startswith("tcp://127.0.0.1:") for w in workers)
     assert dashboard == "127.0.0.1"
-    assert inspect.signature(connect).parameters["dashboard_address"].default.startswith("127.0.0.1:")
+    assert inspect.signature(device_cluster.connect).parameters["dashboard_address"].default.startswith("127.0.0.1:")

@@ -195,7 +195,7 @@ def test_hardware_and_storage_are_read_from_every_worker(view: jc.ClusterView, n
     ],
 )
 def test_address_scope(protocol: str, host: str, scope: str) -> None:
-    assert jc._scope(protocol, host, own=set()) == scope
+    assert jc.address_scope(protocol, host, own=set()) == scope
 
 
 # ------------------------------------------------------------------ rendering

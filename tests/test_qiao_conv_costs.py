@@ -126,7 +126,7 @@ def test_a_call_slower_than_the_limit_is_measured_once(monkeypatch: pytest.Monke
     monkeypatch.setattr(exp, "SLOW_CALL_S", -1.0)
 
     # Execute
-    cpu_s, wall_s, calls, repeats = exp._time_calls(model, 1, repeats=5, seed=0)
+    cpu_s, wall_s, calls, repeats = exp.time_calls(model, 1, repeats=5, seed=0)
 
     # Assert: one call after the trace, no repeats
     assert (calls, repeats) == (1, 1)

@@ -55,7 +55,7 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import dask
 from distributed import Client, LocalCluster
@@ -63,6 +63,7 @@ from distributed.utils import get_mp_context
 
 from edgelab.cluster import device_scheduling
 from edgelab.cluster import log as cluster_log
+from edgelab.common import checks
 from edgelab.common.environ import environment
 from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.emulation.profiles import DeviceProfile, get_profile
@@ -258,17 +259,23 @@ class DeviceCluster:
         self.close()
 
 
+class LocalWorkers(TypedDict, total=False):
+    """How the emulated device workers start on this host: keywords of ``connect`` (see its parameters)."""
+
+    worker_memory_limit: str
+    start_method: str
+
+
 def connect(
     n_devices: int,
     *,
     profile: str = "pi3b",
     scheduler_address: str | None = None,
-    worker_memory_limit: str = DEFAULT_WORKER_MEMORY_LIMIT,
     dashboard_address: str = "127.0.0.1:8787",
     timeout_s: float = 120.0,
-    start_method: str = "forkserver",
     security: Any = None,
     plugins: Sequence[Any] = (),
+    **workers: Unpack[LocalWorkers],
 ) -> DeviceCluster:
     """Start an emulated device cluster, or attach to a running scheduler.
 
@@ -281,34 +288,37 @@ def connect(
     scheduler_address
         Address of a running scheduler (``tcp://host:8786``); falls back to the
         ``EDGELAB_SCHEDULER`` environment variable, then to a new local cluster.
-    worker_memory_limit
-        Dask's per-worker limit (a safety net, not the device budget).
     dashboard_address
         Where the local dashboard listens: loopback by default; ``"127.0.0.1:0"`` picks a free port,
         ``":8787"`` would listen on every interface (your explicit choice).
     timeout_s
         How long to wait for the scheduler and the workers.
-    start_method
-        How emulated device workers start (``START_METHODS``): ``"forkserver"`` forks each from one
-        process that imported TensorFlow once; ``"spawn"`` starts each afresh.
     security
         A ``distributed.Security`` for a ``tls://`` scheduler (e.g. ``ShapedHosts.security()``); None takes
         Dask's configuration (the ``DASK_DISTRIBUTED__COMM__TLS__*`` variables).
     plugins
         Worker plugins every device runs (each registered under its ``name``): the device runtime, which
         ``edgelab.runtime.devices.connect`` passes. This layer knows nothing of it.
+    **workers
+        How emulated device workers start (``LocalWorkers``):
+
+        worker_memory_limit
+            Dask's per-worker limit (a safety net, not the device budget; default ``DEFAULT_WORKER_MEMORY_LIMIT``).
+        start_method
+            How they start (``START_METHODS``): ``"forkserver"`` (the default) forks each from one process
+            that imported TensorFlow once; ``"spawn"`` starts each afresh.
     """
-    if not isinstance(n_devices, int) or n_devices < 1:
-        raise ConfigError("n_devices", n_devices, "an integer >= 1")
+    checks.keywords("connect", workers, LocalWorkers)
+    start_method = workers.get("start_method", "forkserver")
+    checks.integer("n_devices", n_devices, at_least=1)
     if start_method not in START_METHODS:
         raise ConfigError("start_method", start_method, f"one of {', '.join(START_METHODS)}")
     address = scheduler_address or os.environ.get("EDGELAB_SCHEDULER") or None
     if address:
         return _attach(address, n_devices, timeout_s, security, plugins)
     device_profile = get_profile(profile)
-    return _start_local(
-        n_devices, device_profile, worker_memory_limit, dashboard_address, timeout_s, start_method, plugins
-    )
+    memory_limit = workers.get("worker_memory_limit", DEFAULT_WORKER_MEMORY_LIMIT)
+    return _start_local(n_devices, device_profile, memory_limit, dashboard_address, timeout_s, start_method, plugins)
 
 
 def _start_local(

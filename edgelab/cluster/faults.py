@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.common import checks
 from edgelab.common.errors import ClusterError, ConfigError
 
 ACTIONS = ("kill", "cut", "slow", "restore")
@@ -132,8 +133,7 @@ class KillSchedule:
         if kill.phase not in self.phases:
             raise ConfigError("kills.phase", kill.phase, f"one of {', '.join(self.phases)}")
         count = self.phases[kill.phase]
-        if not isinstance(kill.at, int) or isinstance(kill.at, bool) or not 0 <= kill.at < count:
-            raise ConfigError("kills.at", kill.at, f"an integer in [0, {count}) for phase {kill.phase!r}")
+        checks.integer("kills.at", kill.at, at_most=count - 1)  # an index of the phase's points
         return kill
 
     def check_devices(self, devices: Sequence[str]) -> None:

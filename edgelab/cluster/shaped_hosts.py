@@ -56,6 +56,7 @@ from typing import Any
 
 from edgelab.cluster.device_cluster import device_resource, tier_resource
 from edgelab.cluster.tls import Certificates, make_certificates
+from edgelab.common import checks
 from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.emulation.profiles import get_profile
 
@@ -87,8 +88,7 @@ class HostsSpec:
     seed: int = 0  # seeds the relay's loss draws
 
     def __post_init__(self) -> None:
-        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 200:
-            raise ConfigError("devices", self.devices, "an integer from 1 to 200")
+        checks.integer("devices", self.devices, at_least=1, at_most=200)
         get_profile(self.profile)  # raises for an unknown profile
         if self.rate_mbit is not None and not (isinstance(self.rate_mbit, int | float) and self.rate_mbit > 0):
             raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 
 ROLES = ("scheduler", "worker", "client")
@@ -89,8 +90,7 @@ def make_certificates(
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
-        raise ConfigError("days", days, "an integer >= 1")
+    checks.integer("days", days, at_least=1)
     names: list[x509.GeneralName] = [x509.DNSName("localhost")]
     for address in addresses:
         try:

@@ -23,7 +23,7 @@ edgelab.common.errors.ConfigError: learning_rate=-1.0 is not allowed: a number >
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from edgelab.common.errors import ConfigError
@@ -34,19 +34,33 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def integer(name: str, value: Any, *, at_least: int = 0, at_most: int | None = None, none: str = "") -> Any:
-    """``value`` if it is an integer in ``[at_least, at_most]`` (``none``: what None means, when it is allowed)."""
+def integer(
+    name: str,
+    value: Any,
+    *,
+    at_least: int = 0,
+    at_most: int | None = None,
+    none: str = "",
+    numpy: bool = False,
+    also: str = "",
+) -> Any:
+    """``value`` if it is an integer in ``[at_least, at_most]`` (``none``: what None means, when it is allowed).
+
+    ``numpy``: numpy's integers are integers too, and the value comes back as a Python ``int``;
+    ``also`` names what else the caller takes, checked by it (as ``choice``'s).
+    """
     if value is None and none:
         return None
     if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
+        not (is_integer(value) if numpy else isinstance(value, int) and not isinstance(value, bool))
         or value < at_least
         or (at_most is not None and value > at_most)
     ):
         allowed = f"an integer >= {at_least}" if at_most is None else f"an integer from {at_least} to {at_most}"
-        raise ConfigError(name, value, allowed + (f", or None ({none})" if none else ""))
-    return value
+        raise ConfigError(
+            name, value, allowed + (f", or None ({none})" if none else "") + (f", or {also}" if also else "")
+        )
+    return int(value) if numpy else value
 
 
 def number(
@@ -99,3 +113,14 @@ def flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(name, value, "True or False")
     return value
+
+
+def keywords(function: str, given: Mapping[str, Any], group: Any) -> None:
+    """Raise ``TypeError``, as Python does, for a keyword in ``given`` that is not a key of ``group`` (a TypedDict).
+
+    For a function that takes a group of keyword arguments as ``**group: Unpack[Group]``.
+    """
+    known = group.__required_keys__ | group.__optional_keys__
+    unknown = [key for key in given if key not in known]
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")

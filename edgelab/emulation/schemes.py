@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 
 #: The report's four schemes, in its order.
@@ -70,14 +71,14 @@ class Hierarchy:
     cloud: TierTimes
 
     def __post_init__(self) -> None:
-        _count("n_end", self.n_end, least=1)  # every task comes from an end device
-        _count("n_edge", self.n_edge, least=0)
-        _count("n_cloud", self.n_cloud, least=0)
+        checks.integer("n_end", self.n_end, at_least=1)  # every task comes from an end device
+        checks.integer("n_edge", self.n_edge, at_least=0)
+        checks.integer("n_cloud", self.n_cloud, at_least=0)
 
 
 def t_end(n_tasks: int, h: Hierarchy) -> float:
     """Eq1: ``N_t / N_end * (t^c_end + t^p_end)``."""
-    _count("n_tasks", n_tasks, least=1)
+    checks.integer("n_tasks", n_tasks, at_least=1)
     return n_tasks / h.n_end * h.end.task_s
 
 
@@ -102,7 +103,7 @@ def n_map(h: Hierarchy) -> int:
 
 def theta_cloud(h: Hierarchy, mapped: int | None = None) -> float:
     """Eq5: the share of end devices left for the cloud once every edge has ``mapped`` (default eq4's), at least 0."""
-    mapped = n_map(h) if mapped is None else _count("n_map", mapped, least=1)
+    mapped = n_map(h) if mapped is None else checks.integer("n_map", mapped, at_least=1)
     return max(0.0, (h.n_end - h.n_edge * mapped) / h.n_end)
 
 
@@ -155,12 +156,6 @@ def place(n_tasks: int, h: Hierarchy) -> Placement:
         load[name] += share * task_s
         chosen.append(name)
     return Placement(tuple(chosen), t_end(n_tasks, h) + max(load.values()), {k: v for k, v in load.items() if v})
-
-
-def _count(name: str, value: int, *, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(name, value, f"an integer >= {least}")
-    return value
 
 
 def _need(scheme: str, name: str, value: int) -> None:

@@ -28,15 +28,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 
 #: The tiers, bottom up: every task starts at an end device.
 TIERS = ("end", "edge", "cloud")
-
-
-def _integer(name: str, value: int, *, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(name, value, f"an integer >= {least}")
 
 
 @dataclass(frozen=True)
@@ -75,9 +71,9 @@ class Tier:
     def __post_init__(self) -> None:
         if self.name not in TIERS:
             raise ConfigError("tier", self.name, f"one of {', '.join(TIERS)}")
-        _integer(f"{self.name}.devices", self.devices, least=1 if self.name == "end" else 0)
-        _integer(f"{self.name}.cores", self.cores, least=1)
-        _integer(f"{self.name}.memory_mb", self.memory_mb, least=1)
+        checks.integer(f"{self.name}.devices", self.devices, at_least=1 if self.name == "end" else 0)
+        checks.integer(f"{self.name}.cores", self.cores, at_least=1)
+        checks.integer(f"{self.name}.memory_mb", self.memory_mb, at_least=1)
         for key in ("latency_s", "link_mbps"):
             value = getattr(self, key)
             bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
 
@@ -62,8 +63,7 @@ def check_aggregation(aggregation: str) -> str:
 
 def check_devices(devices: int) -> int:
     """``devices``, refused unless it is an integer >= 1."""
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise ConfigError("devices", devices, "an integer >= 1 (end devices, one view each)")
+    checks.integer("devices", devices, at_least=1)
     return devices
 
 
@@ -306,8 +306,7 @@ def train_ddnn(
     import tensorflow as tf
 
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(name, value, "an integer >= 1")
+        checks.integer(name, value, at_least=1)
     if batch_size > len(labels):
         raise ConfigError("batch_size", batch_size, f"at most the {len(labels)} training samples")
     model = ddnn.joint

@@ -45,7 +45,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -54,8 +54,9 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from edgelab.cluster.device_cluster import device_resource, tier_resource
 from edgelab.cluster.faults import reachable, shut_down
+from edgelab.common import checks
 from edgelab.common.errors import ClusterError, ConfigError
-from edgelab.hierarchy.tiered import TASK_SIZE, Deployment, _infer
+from edgelab.hierarchy.tiered import TASK_SIZE, Deployment, infer_task
 
 #: The report's three methods, then Dask's own recovery.
 METHODS = ("Without", "Reassign", "Monitor", "Dask")
@@ -93,10 +94,9 @@ class FaultClock:
 
     def __post_init__(self) -> None:
         for name in ("per_image_s", "link_mbps", "timeout_s", "heartbeat_s", "deadline_s"):
-            _positive(name, getattr(self, name))
-        value = self.latency_s
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-            raise ConfigError("latency_s", value, "a number of seconds >= 0")
+            unit = "Mbit/s" if name == "link_mbps" else "seconds"
+            checks.number(name, getattr(self, name), above=0, below=math.inf, unit=unit)
+        checks.number("latency_s", self.latency_s, at_least=0, below=math.inf, unit="seconds")
 
     def task_s(self, images: int) -> float:
         """Seconds an end device takes to answer ``images`` images."""
@@ -105,11 +105,6 @@ class FaultClock:
     def send_s(self, nbytes: int) -> float:
         """Seconds the assigner spends sending ``nbytes`` to a live device."""
         return self.latency_s + 8 * nbytes / (self.link_mbps * 1e6)
-
-
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ConfigError(name, value, "a number of seconds > 0" if name != "link_mbps" else "Mbit/s > 0")
 
 
 @dataclass
@@ -137,8 +132,7 @@ def default_fail_after(n_tasks: int, n_devices: int) -> int:
 
 def failing_devices(devices: list[str], failures: int, seed: int | list[int]) -> list[str]:
     """Which ``failures`` of ``devices`` fail, drawn from ``seed`` (the report does not say which)."""
-    if isinstance(failures, bool) or not isinstance(failures, int) or not 0 <= failures <= len(devices):
-        raise ConfigError("failures", failures, f"an integer from 0 to the number of end devices ({len(devices)})")
+    checks.integer("failures", failures, at_most=len(devices))
     picked = np.random.default_rng(seed).choice(len(devices), size=failures, replace=False)
     return [devices[i] for i in sorted(picked)]
 
@@ -153,19 +147,33 @@ def check_job(
         raise ConfigError("devices", devices, "at least one end device")
     if images.ndim != 4 or images.dtype != np.uint8 or len(images) == 0:
         raise ConfigError("images", f"{images.dtype} array of shape {images.shape}", "uint8 images, N x H x W x C")
-    if isinstance(task_size, bool) or not isinstance(task_size, int) or task_size < 1:
-        raise ConfigError("task_size", task_size, "an integer >= 1 (images per task)")
+    checks.integer("task_size", task_size, at_least=1)
     failing_devices(devices, failures, 0)
     n_tasks = math.ceil(len(images) / task_size)
-    limit = default_fail_after(n_tasks, len(devices)) if fail_after is None else fail_after
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        allowed = "an integer >= 1 (tasks a failing device answers before it switches off)"
-        if fail_after is None:
-            allowed += (
-                f"; half a device's share of {n_tasks} tasks on {len(devices)} devices is {limit}: give more tasks"
+    if fail_after is None:
+        limit = default_fail_after(n_tasks, len(devices))
+        if limit < 1:
+            raise ConfigError(
+                "fail_after",
+                limit,
+                "an integer >= 1 (tasks a failing device answers before it switches off); half a device's share "
+                f"of {n_tasks} tasks on {len(devices)} devices is {limit}: give more tasks",
             )
-        raise ConfigError("fail_after", limit, allowed)
-    return limit
+        return limit
+    checks.integer("fail_after", fail_after, at_least=1)
+    return fail_after
+
+
+class Failing(TypedDict, total=False):
+    """Which end devices of a job fail, and when: keywords of ``run_job``.
+
+    ``failures``: how many fail (default 0), drawn from ``seed`` (default 0); ``fail_after``: tasks each answers
+    before it switches off (default: half a device's share, ``default_fail_after``).
+    """
+
+    failures: int
+    fail_after: int | None
+    seed: int | list[int]
 
 
 def run_job(
@@ -176,17 +184,17 @@ def run_job(
     clock: FaultClock,
     *,
     task_size: int = TASK_SIZE,
-    failures: int = 0,
-    fail_after: int | None = None,
-    seed: int | list[int] = 0,
+    **faults: Unpack[Failing],
 ) -> FaultRun:
     """Classify ``images`` on the end ``devices`` of ``deployment`` while ``failures`` of them fail, by ``method``.
 
     The devices must be up and hold the end network (``Deployment.restore``
     brings back those an earlier job shut down). Checked before any cluster
     work: the method, the devices, the images, the task size, the failures and
-    ``fail_after`` (default: half a device's share of the tasks).
+    ``fail_after`` (default: half a device's share of the tasks; ``Failing``).
     """
+    checks.keywords("run_job", faults, Failing)
+    failures, fail_after, seed = faults.get("failures", 0), faults.get("fail_after"), faults.get("seed", 0)
     images = np.asarray(images)
     limit = check_job(method, devices, images, task_size, failures, fail_after)
     held = set(deployment.devices.get("end", []))
@@ -528,7 +536,7 @@ def _answer(key: str, run_id: str, task: int, images: np.ndarray) -> dict[str, A
         # Switched off: it takes nothing more, and the assigner kills its worker once its last answer is in.
         time.sleep(REAL_WAIT_S)
         raise ClusterError(f"the device was to be shut down after {limit} answers and was not")
-    answer = _infer(key, "end", task, images)
+    answer = infer_task(key, "end", task, images)
     _ARMED["answered"] += 1
     answer["seq"] = _ARMED["answered"]
     return answer

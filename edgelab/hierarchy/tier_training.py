@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
 from edgelab.models.tiers import TIER_NETWORK_NAMES, build_tier_network
@@ -133,8 +134,7 @@ def train_and_score(
     import keras
 
     level = level_of(network, level)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ConfigError("epochs", epochs, "an integer >= 1")
+    checks.integer("epochs", epochs, at_least=1)
     recipe = recipe or (RECIPES.get(network, DEFAULT_RECIPE) if isinstance(network, str) else DEFAULT_RECIPE)
     mapping = np.asarray(data["fine_to_coarse"])
     classes = int(mapping.max()) + 1 if level == "coarse" else len(mapping)

@@ -38,13 +38,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 from distributed import get_worker, wait
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_resource, scheduler_workers
+from edgelab.common import checks
 from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.common.seeding import seeded
 from edgelab.emulation.schemes import SCHEMES
@@ -89,8 +90,7 @@ def assignment(scheme: str, spec: HierarchySpec, n_map: int | None = None) -> li
         _need(scheme, "edge", n_edge)
         return ["edge"] * n_end
     _need(scheme, "edge", n_edge)
-    if n_map is not None and (isinstance(n_map, bool) or not isinstance(n_map, int) or n_map < 1):
-        raise ConfigError("n_map", n_map, "an integer >= 1 (end devices per edge device)")
+    checks.integer("n_map", n_map, at_least=1, none="one end device per edge device")
     per_edge = n_map or 1
     targets: list[str | None] = ["edge" if j < n_edge * per_edge else "cloud" for j in range(n_end)]
     if "cloud" in targets:
@@ -225,6 +225,18 @@ def deploy(
     )
 
 
+class Networks(TypedDict, total=False):
+    """Where a job's networks come from: keywords of ``run_scheme``.
+
+    ``deployment``: networks built once for many jobs (``deploy``); without it, networks built for this job
+    alone from ``networks`` (a tier's network; default: the report's) and ``seed`` (default 0).
+    """
+
+    networks: Mapping[str, Network] | None
+    seed: int
+    deployment: Deployment | None
+
+
 def run_scheme(
     cluster: DeviceCluster,
     spec: HierarchySpec,
@@ -232,32 +244,32 @@ def run_scheme(
     images: np.ndarray,
     *,
     task_size: int = TASK_SIZE,
-    networks: Mapping[str, Network] | None = None,
     n_map: int | None = None,
-    seed: int = 0,
-    deployment: Deployment | None = None,
+    **source: Unpack[Networks],
 ) -> SchemeRun:
     """Run one job of ``images`` (uint8, N x 32 x 32 x 3) through ``scheme`` on the hierarchy ``cluster`` runs.
 
     Checked before any cluster work: the scheme, the tiers it needs, the task
     size, the images and the networks. The networks come from ``deployment``
     (``deploy``: built once for many jobs) or are built for this job alone
-    from ``networks`` and ``seed``. ``spec`` may be a part of the running
+    from ``networks`` and ``seed`` (``source``: ``Networks``). ``spec`` may be a part of the running
     hierarchy (e.g. fewer end devices): only its devices take tasks.
     """
+    checks.keywords("run_scheme", source, Networks)
+    deployment = source.get("deployment")
     images = np.asarray(images)
     if images.ndim != 4 or images.dtype != np.uint8 or len(images) == 0:
         raise ConfigError("images", f"{images.dtype} array of shape {images.shape}", "uint8 images, N x H x W x C")
-    if isinstance(task_size, bool) or not isinstance(task_size, int) or task_size < 1:
-        raise ConfigError("task_size", task_size, "an integer >= 1 (images per task)")
+    checks.integer("task_size", task_size, at_least=1)
     targets = assignment(scheme, spec, n_map)
     devices = {t: [d for d, tier in spec.devices().items() if tier == t] for t in ("end", "edge", "cloud")}
     needed = {"end"} | {t for t in targets if t is not None}
     if deployment is None:
-        check_networks(networks)
+        check_networks(source.get("networks"))
         _check_cluster(cluster, spec)
         sizes = tuple(sorted({min(task_size, len(images)), len(images) % task_size or task_size}))
-        with deploy(cluster, spec, networks, tiers=tuple(sorted(needed)), seed=seed, batch_sizes=sizes) as own:
+        tiers, seed = tuple(sorted(needed)), source.get("seed", 0)
+        with deploy(cluster, spec, source.get("networks"), tiers=tiers, seed=seed, batch_sizes=sizes) as own:
             return run_scheme(cluster, spec, scheme, images, task_size=task_size, n_map=n_map, deployment=own)
     for tier in needed:
         absent = sorted(set(devices[tier]) - set(deployment.devices.get(tier, [])))
@@ -281,7 +293,7 @@ def run_scheme(
         j = i % len(devices["end"])
         end = devices["end"][j]
         data = held[i]
-        coarse = client.submit(_infer, key, "end", i, data, resources={device_resource(end): 1}, pure=False)
+        coarse = client.submit(infer_task, key, "end", i, data, resources={device_resource(end): 1}, pure=False)
         fine = None
         tier = targets[j]
         if tier is not None:
@@ -290,7 +302,7 @@ def run_scheme(
             else:
                 upper = devices[tier][uppers[tier] % len(devices[tier])]
                 uppers[tier] += 1
-            fine = client.submit(_infer, key, tier, i, data, resources={device_resource(upper): 1}, pure=False)
+            fine = client.submit(infer_task, key, tier, i, data, resources={device_resource(upper): 1}, pure=False)
         futures.append((coarse, fine))
     wait([f for pair in futures for f in pair if f is not None])
     results = [(c.result(), None if f is None else f.result()) for c, f in futures]
@@ -324,7 +336,9 @@ def standalone(
     rows = []
     for i, data in enumerate(held):
         # One at a time: a task's time is the network's alone, never shared with the next task's.
-        row = client.submit(_infer, deployment.key, tier, i, data, resources={device_resource(device): 1}, pure=False)
+        row = client.submit(
+            infer_task, deployment.key, tier, i, data, resources={device_resource(device): 1}, pure=False
+        )
         rows.append(row.result())
     for row in rows:
         row.pop("answers")
@@ -363,7 +377,7 @@ def _load(key: str, tier: str, network: Network, seed: int, batch_sizes: tuple[i
     return tier, network if isinstance(network, str) else str(model.name), str(get_worker().address)
 
 
-def _infer(key: str, tier: str, task: int, images: np.ndarray) -> dict[str, Any]:
+def infer_task(key: str, tier: str, task: int, images: np.ndarray) -> dict[str, Any]:
     """One stage of one task on this device: its answers and what it cost."""
     model = _NETWORKS[key, tier]
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
 
@@ -36,12 +37,6 @@ if TYPE_CHECKING:
 NETWORKS = ("mobilenet", "mobilenet_twin", "squeezenet", "alexnet", "alexnet_single_tower")
 #: Layer kinds ``build_layer`` makes: the standard conv (grouped when ``groups`` > 1) and MobileNet's two steps.
 LAYER_KINDS = ("standard", "separable", "depthwise", "pointwise")
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -60,7 +55,7 @@ class ConvShape:
 
     def __post_init__(self) -> None:
         for name in ("k", "m", "n", "w", "groups"):
-            _positive(name.upper() if len(name) == 1 else name, getattr(self, name))
+            checks.integer(name.upper() if len(name) == 1 else name, getattr(self, name), at_least=1, numpy=True)
         if self.m % self.groups or self.n % self.groups:
             raise ConfigError("groups", self.groups, f"a divisor of both M={self.m} and N={self.n}")
 
@@ -91,7 +86,8 @@ def conv_macs(*, k: int, m: int, n: int, w: int, h: int | None = None) -> int:
 def group_conv_macs(*, k: int, m: int, n: int, w: int, groups: int, h: int | None = None) -> int:
     """Group convolution: K·K·(M/G)·N·W_out·H_out, 1/G of the standard cost (qiao/eq-group-conv, derived)."""
     h = w if h is None else h
-    k, m, n, w, h, groups = (_positive(s, v) for s, v in zip("KMNWHG", (k, m, n, w, h, groups), strict=True))
+    given = zip("KMNWHG", (k, m, n, w, h, groups), strict=True)
+    k, m, n, w, h, groups = (checks.integer(s, v, at_least=1, numpy=True) for s, v in given)
     if m % groups:
         raise ConfigError("groups", groups, f"a divisor of M={m}")
     return k * k * (m // groups) * n * w * h
@@ -100,13 +96,15 @@ def group_conv_macs(*, k: int, m: int, n: int, w: int, groups: int, h: int | Non
 def separable_macs(*, k: int, m: int, n: int, w: int, h: int | None = None) -> int:
     """Depthwise separable: K·K·W_out·H_out·M + 1·1·M·N·W_out·H_out (qiao/eq-dwconv-cost)."""
     h = w if h is None else h
-    k, m, n, w, h = (_positive(s, v) for s, v in zip("KMNWH", (k, m, n, w, h), strict=True))
+    given = zip("KMNWH", (k, m, n, w, h), strict=True)
+    k, m, n, w, h = (checks.integer(s, v, at_least=1, numpy=True) for s, v in given)
     return k * k * w * h * m + m * n * w * h
 
 
 def separable_ratio(*, k: int, n: int) -> float:
     """Cost of the separable layer over the standard one: 1/N + 1/K² (qiao/eq-dwconv-ratio)."""
-    return 1 / _positive("N", n) + 1 / _positive("K", k) ** 2
+    n, k = checks.integer("N", n, at_least=1, numpy=True), checks.integer("K", k, at_least=1, numpy=True)
+    return float(1 / n + 1 / k**2)
 
 
 # ------------------------------------------------------------- counting ----

@@ -137,11 +137,6 @@ def weight_count(name: str) -> int:
     return parameter_count(name, trainable_only=False)
 
 
-def forward_macs(name: str) -> int:
-    """Multiply-adds of one sample's forward pass."""
-    return sum(r.macs for r in layers(name))
-
-
 def training_flops_per_sample(name: str) -> int:
     """FLOPs of one sample's forward and backward pass (see the module docstring for the convention)."""
     rows = layers(name)

@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
 
@@ -56,7 +57,7 @@ def mobilenet(*, classes: int = 20, alpha: float = 0.5, seed: int = 0) -> keras.
     """MobileNet v1 at width ``alpha`` (depth multiplier 1) for 32x32 images, ``classes`` outputs."""
     import keras
 
-    _check_classes(classes)
+    checks.integer("classes", classes, at_least=2)
     if not 0 < alpha <= 1:
         raise ConfigError("alpha", alpha, "a width multiplier in (0, 1]")
     with seeded(seed):
@@ -69,7 +70,7 @@ def resnet34(*, classes: int = 100, seed: int = 0) -> keras.Model:
     """ResNet-34 (basic blocks 3-4-6-3) with a biased 7x7/2 stem, for 32x32 images."""
     import keras
 
-    _check_classes(classes)
+    checks.integer("classes", classes, at_least=2)
     with seeded(seed):
         layers = keras.layers
         inputs = keras.Input(INPUT_SHAPE)
@@ -104,11 +105,10 @@ def wide_resnet(
     """
     import keras
 
-    _check_classes(classes)
+    checks.integer("classes", classes, at_least=2)
     if not (isinstance(depth, int) and depth >= 10 and (depth - 4) % 6 == 0):
         raise ConfigError("depth", depth, "an integer 6n+4 >= 10 (e.g. 16, 28, 40)")
-    if not (isinstance(width, int) and width >= 1):
-        raise ConfigError("width", width, "an integer >= 1")
+    checks.integer("width", width, at_least=1)
     if head not in WRN_HEADS:
         raise ConfigError("head", head, f"one of {', '.join(WRN_HEADS)}")
     with seeded(seed):
@@ -235,8 +235,3 @@ def saved_bytes(model: keras.Model, optimizer: str, folder: str | os.PathLike[st
     model.optimizer.build(model.trainable_variables)
     model.save_weights(compiled)
     return {"weights_file_bytes": alone.stat().st_size, "with_optimizer_file_bytes": compiled.stat().st_size}
-
-
-def _check_classes(classes: int) -> None:
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-        raise ConfigError("classes", classes, "an integer >= 2")

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
 
@@ -66,11 +67,8 @@ class TransferConfig:
         if self.output not in ("softmax", "sigmoid"):
             raise ConfigError("output", self.output, "'softmax' or 'sigmoid'")
         for name in ("phase1_epochs", "phase2_epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(name, value, "an integer >= 0")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError("batch_size", self.batch_size, "an integer >= 1")
+            checks.integer(name, getattr(self, name))
+        checks.integer("batch_size", self.batch_size, at_least=1)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (a results-store key part)."""

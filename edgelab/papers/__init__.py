@@ -5,7 +5,9 @@ experiment module (its parameters, plan, runs and summary, what its notebook
 calls) beside its ``*_figures`` module (the items it renders, each with its
 verdict). No paper imports another; what they share lives in the packages
 below (``edgelab.report``, ``edgelab.emulation`` ...). ``harness`` is the one
-path every experiment takes.
+path every experiment takes; ``notebook`` holds the few calls a notebook makes
+(its parameters to the experiment's ``PARAMS`` and ``prepare``, the runs, the
+items with ``render_report`` of the figures module, what is shown).
 
 ``EXPERIMENTS`` names the experiment module behind each notebook, so that
 ``edgelab reproduce`` finds a notebook's full profile and data check by

@@ -124,6 +124,18 @@ class Plan(ABC):
         """Free what ``setup`` placed on the cluster (nothing by default); runs even when a run fails."""
         return None
 
+    def describe(self) -> str:
+        """What the notebook prints of the plan: its runs (subclasses add what they loaded)."""
+        return f"{len(self.runs)} runs"
+
+    def label(self, run: Any) -> str:
+        """A run in a few words, for progress lines."""
+        return str(run)
+
+    def report_parameters(self) -> dict[str, Any]:
+        """The parameters every rendered item records: the experiment's own (JSON-ready in a subclass that needs it)."""
+        return dict(vars(self.params))
+
 
 # The datasets found loadable in this process, by name, data directory, offline flag and options:
 # `edgelab reproduce` asks for each notebook, and loading one is seconds (PlantVillage decodes every JPEG).
@@ -157,14 +169,6 @@ def pending(plan: Plan, store: ResultsStore) -> list[Any]:
     return [r for r in plan.runs if store.get(plan.run_params(r)) is None]
 
 
-def open_cluster(plan: Plan, store: ResultsStore, *, dashboard_address: str = "127.0.0.1:8787") -> DeviceCluster | None:
-    """Start (or attach) a cluster big enough for the pending runs; ``None`` if nothing is pending."""
-    todo = pending(plan, store)
-    if not todo:
-        return None
-    return plan.start_cluster(todo, dashboard_address)
-
-
 def run(
     plan: Plan,
     *,
@@ -172,6 +176,8 @@ def run(
     cluster: DeviceCluster | None = None,
     progress: Callable[[int, int, Any], None] | None = None,
     performance_report: str | os.PathLike[str] | None = None,
+    dashboard_address: str = "127.0.0.1:0",
+    started: Callable[[DeviceCluster], None] | None = None,
 ) -> list[StoredRun]:
     """Execute every pending run and store it; return all runs of the plan that are stored.
 
@@ -194,6 +200,10 @@ def run(
         profiles, bandwidth) of the runs executed now; default
         ``$EDGELAB_PERFORMANCE_REPORTS/<experiment>.html`` when that variable
         names a folder, else none.
+    dashboard_address
+        Where the Dask dashboard of a cluster started here listens (default: any free loopback port).
+    started
+        Called with the cluster once it is up (started here or given), before the first run.
 
     Returns
     -------
@@ -205,29 +215,42 @@ def run(
     if todo:
         own = cluster is None
         if cluster is None:
-            cluster = open_cluster(plan, store, dashboard_address="127.0.0.1:0")
-        assert cluster is not None  # something is pending
+            cluster = plan.start_cluster(todo, dashboard_address)
         try:
-            # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
-            context = {**plan.setup(cluster), "store": store}
-            context |= plan.before_runs(cluster, todo)
-            report = performance_report or _default_performance_report(plan, todo)
-            recording = _performance_report(report, cluster) if report else contextlib.nullcontext()
-            try:
-                with recording:
-                    progress_file.report(0, len(todo))
-                    for done, item in enumerate(todo, start=1):
-                        store.put(plan.run_params(item), *plan.execute(cluster, item, context))
-                        progress_file.report(done, len(todo), item)
-                        if progress is not None:
-                            progress(done, len(todo), item)
-            finally:
-                plan.teardown(context)
+            if started is not None:
+                started(cluster)
+            _execute(plan, store, cluster, todo, progress, performance_report)
         finally:
             if own:
                 cluster.close()
     stored = [store.get(plan.run_params(r)) for r in plan.runs]
     return [r for r in stored if r is not None]
+
+
+def _execute(
+    plan: Plan,
+    store: ResultsStore,
+    cluster: DeviceCluster,
+    todo: list[Any],
+    progress: Callable[[int, int, Any], None] | None,
+    performance_report: str | os.PathLike[str] | None,
+) -> None:
+    """Run and store each of ``todo`` on ``cluster``, in order; ``teardown`` runs even when a run fails."""
+    # Later runs may build on earlier ones (a model trained, then streamed): they read them from the store.
+    context = {**plan.setup(cluster), "store": store}
+    context |= plan.before_runs(cluster, todo)
+    report = performance_report or _default_performance_report(plan, todo)
+    recording = _performance_report(report, cluster) if report else contextlib.nullcontext()
+    try:
+        with recording:
+            progress_file.report(0, len(todo))
+            for done, item in enumerate(todo, start=1):
+                store.put(plan.run_params(item), *plan.execute(cluster, item, context))
+                progress_file.report(done, len(todo), plan.label(item))
+                if progress is not None:
+                    progress(done, len(todo), item)
+    finally:
+        plan.teardown(context)
 
 
 def _default_performance_report(plan: Plan, runs: list[Any]) -> Path | None:
@@ -251,11 +274,6 @@ def _on_client(report: Any, cluster: DeviceCluster) -> Iterator[None]:
     # performance_report talks to the scheduler of the client made current: this cluster's.
     with cluster.client.as_current(), report:
         yield
-
-
-def print_progress(done: int, total: int, item: Any) -> None:
-    """A ``progress`` callback for ``run``: one line per stored run."""
-    print(f"  run {done}/{total} stored: {item}", flush=True)
 
 
 def by_run(plan: Plan, runs: list[StoredRun]) -> dict[Any, StoredRun]:

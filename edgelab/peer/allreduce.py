@@ -49,6 +49,7 @@ The messages themselves travel by ``edgelab.peer.messages``.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,24 +103,31 @@ def check_weights(weights: list[np.ndarray]) -> None:
 # ------------------------------------------------------------- on devices ----
 
 
+@dataclass(frozen=True)
+class PeerRun:
+    """What every device of an all-reduce run is installed with: where its peers are and how a round reduces."""
+
+    addresses: list[str]  # every device's worker, by device index
+    server_learning_rate: float
+    momentum: float
+    compressor: Compressor | None = None
+    mode: str = "ring"  # MODES
+    topology: list[list[int]] | None = None  # under "gossip": every device's neighbours
+    channels: list[tuple[str, int, bytes]] | None = None  # every device's round channel (None: Dask's comms)
+
+
 @device_call(needs_runtime=True, waits=True)
 def install(
     rt: DeviceRuntime,
     run_id: str,
     token: int,
     index: int,
-    addresses: list[str],
     rnd: int,
     weights: list[np.ndarray],
     velocity: np.ndarray | None,
-    server_learning_rate: float,
-    momentum: float,
-    compressor: Compressor | None = None,
-    mode: str = "ring",
-    topology: list[list[int]] | None = None,
-    channels: list[tuple[str, int, bytes]] | None = None,
+    peers: PeerRun,
 ) -> None:
-    """Start (or restart) a run's all-reduce on this device from ``weights`` at round ``rnd``."""
+    """Start (or restart) a run's all-reduce on device ``index`` of ``peers`` from ``weights`` at round ``rnd``."""
     old = rt.peers.get(run_id)
     if old is not None:
         old.inbox.abandon()  # a round still waiting for slices gives up
@@ -128,17 +136,17 @@ def install(
     rt.peers[run_id] = PeerState(
         token,
         index,
-        list(addresses),
+        list(peers.addresses),
         rnd,
         flat.copy(),
         layout,
         velocity,
-        server_learning_rate,
-        momentum,
-        compressor=compressor,
-        mode=mode,
-        topology=list(topology or []),
-        channels=None if channels is None else [tuple(c) for c in channels],  # type: ignore[misc]
+        peers.server_learning_rate,
+        peers.momentum,
+        compressor=peers.compressor,
+        mode=peers.mode,
+        topology=list(peers.topology or []),
+        channels=None if peers.channels is None else [tuple(c) for c in peers.channels],  # type: ignore[misc]
     )
 
 
@@ -391,24 +399,18 @@ class Ring:
         addresses = [self.fleet.addresses[d] for d in self.devices]
         channels = self.fleet.channel_endpoints(self.devices)
         packed = {id(w): Packed(w) for w, _ in states}  # the same weights packed once for every device
+        peers = PeerRun(
+            addresses,
+            self.strategy.server_learning_rate,
+            self.strategy.momentum,
+            compressor=self.compressor,
+            mode=self.mode,
+            topology=self.topology,
+            channels=channels,
+        )
         self.fleet.call_all(
             {
-                d: (
-                    install,
-                    self.run_id,
-                    self.token,
-                    i,
-                    addresses,
-                    rnd,
-                    packed[id(states[i][0])],
-                    states[i][1],
-                    self.strategy.server_learning_rate,
-                    self.strategy.momentum,
-                    self.compressor,
-                    self.mode,
-                    self.topology,
-                    channels,
-                )
+                d: (install, self.run_id, self.token, i, rnd, packed[id(states[i][0])], states[i][1], peers)
                 for i, d in enumerate(self.devices)
             }
         )

@@ -16,18 +16,14 @@ the buffers, are added to the state's ``traffic``.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import pickle
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from distributed.protocol import to_serialize
-
-from edgelab.common.wire import Bundle
 from edgelab.peer.state import PeerState, RoundAbandoned
 from edgelab.runtime.channel import encode, send_message
-from edgelab.runtime.protocol import PEER_OP, call_name, device_call
+from edgelab.runtime.protocol import call_name, device_call
 
 if TYPE_CHECKING:
     from edgelab.peer.state import PeerState
@@ -123,7 +119,7 @@ def send_pieces(
         piece, nbytes = wire[id(value)]
         state.traffic["peer_bytes_sent"] += nbytes
         state.traffic["peer_messages_sent"] += 1
-        args = (run_id, state.token, rnd, phase, state.index, samples, piece, nbytes)
+        args = (run_id, state.token, (rnd, phase), state.index, samples, piece, nbytes)
         sock = None if state.channels is None else rt.peer_socket(state.channels[j])
         if sock is not None:
             try:
@@ -133,10 +129,7 @@ def send_pieces(
                 raise
         else:
             # No acknowledgement: a peer that is gone is found by the client.
-            call = getattr(rt._worker.rpc(state.addresses[j]), PEER_OP)(
-                reply=False, fn=call_name(receive), args=to_serialize(Bundle(args))
-            )
-            pending.append(asyncio.run_coroutine_threadsafe(call, rt._worker.loop.asyncio_loop))
+            pending.append(rt.send_to_peer(state.addresses[j], call_name(receive), args))
     return _Sent(pending)
 
 
@@ -157,16 +150,19 @@ def receive(
     rt: DeviceRuntime,
     run_id: str,
     token: int,
-    rnd: int,
-    phase: str,
+    key: tuple[int, str],
     src: int,
     samples: int,
     piece: Piece | None,
     nbytes: int = 0,
 ) -> str:
-    """A peer's piece for this device (on its channel, or by ``PEER_OP``); an older installation's is dropped."""
+    """A peer's piece of ``key`` (round, phase) for this device (on its channel, or by ``PEER_OP``).
+
+    A piece of another run, or of an older installation (its ``token``), is dropped.
+    """
     state = rt.peers.get(run_id)
     if state is None or token != state.token:
         return "dropped"
+    rnd, phase = key
     state.inbox.put((rnd, phase), src, (samples, None if piece is None else piece.value(), nbytes))
     return "OK"

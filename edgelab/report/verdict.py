@@ -62,13 +62,15 @@ The thresholds, all here and nowhere else:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
+
+from edgelab.common import checks
 
 STATUSES = ("reproduced", "consistent", "differs", "not judged")
 #: Why an item could not be judged, the first that applies in this order.
@@ -435,6 +437,24 @@ def redecide(entry: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ checks ----
 
 
+class Labels(TypedDict, total=False):
+    """How a check names itself and its cells in its text: keywords of ``level`` and ``bound``.
+
+    ``unit`` follows each value (default none); ``axis`` names the cells' quantity (``N=2``; default ``"N"``);
+    ``name`` is the check's (default the function's name).
+    """
+
+    unit: str
+    axis: str
+    name: str
+
+
+def _labels(function: str, labels: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``labels`` (``Labels``) as ``(unit, axis, name)``, with their defaults."""
+    checks.keywords(function, labels, Labels)
+    return labels.get("unit", ""), labels.get("axis", "N"), labels.get("name", function)
+
+
 def level(
     paper: pd.Series,
     measured: pd.Series,
@@ -442,17 +462,16 @@ def level(
     noise: Noise,
     *,
     basis: Basis,
-    unit: str = "",
     each: bool = False,
-    axis: str = "N",
-    name: str = "level",
+    **labels: Unpack[Labels],
 ) -> Check:
     """Relative error over ``cells`` within ``LEVEL_TOLERANCE``: the median of a series, or ``each`` stated value.
 
     A table's series is judged by its median error, so one odd cell of the
     paper's does not decide it alone; values the paper states one by one
-    ("about 20 % on 1 device, 14 % on 10") must each hold.
+    ("about 20 % on 1 device, 14 % on 10") must each hold. ``labels``: ``Labels``.
     """
+    unit, axis, name = _labels("level", labels)
     rule = f"{'every stated value' if each else 'median'} |error| <= {LEVEL_TOLERANCE:.0%}"
     if not cells:
         return Check(name, None, "no predicted cell", rule, basis=basis, undecided="too small")
@@ -576,11 +595,10 @@ def bound(
     claim: str,
     basis: Basis,
     runs: int = 0,
-    unit: str = "",
-    axis: str = "N",
-    name: str = "bound",
+    **labels: Unpack[Labels],
 ) -> Check:
-    """Every cell in ``cells`` within the paper's stated bound (``axis`` names the cells in the text)."""
+    """Every cell in ``cells`` within the paper's stated bound (``labels``: ``Labels``, ``axis`` names the cells)."""
+    unit, axis, name = _labels("bound", labels)
     rule = claim
     cells = [c for c in cells if c in measured.index]
     if not cells:

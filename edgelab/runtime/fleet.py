@@ -39,13 +39,14 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from distributed import Client, Future, KilledWorker, wait
 from distributed.protocol import to_serialize
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_resource, scheduler_workers
 from edgelab.cluster.faults import KillSchedule
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError, WorkerLostError
 from edgelab.common.wire import Bundle
 from edgelab.runtime.channel import Channels
@@ -78,6 +79,23 @@ MAX_RECOVERIES = 3
 STEP_TIMEOUT_S = 900.0
 #: Set to 0 to keep direct calls on Dask's comms instead of the devices' round channels (edgelab.runtime.channel).
 CHANNELS_ENV = "EDGELAB_CHANNELS"
+
+
+class Faults(TypedDict, total=False):
+    """The faults a run injects and how long it waits for a lost device: keywords of a run that recovers.
+
+    ``kills``: the faults to inject (``edgelab.cluster.faults``; None or empty: none);
+    ``restart_wait_s``: how long a lost device may take to come back (default ``RESTART_WAIT_S``).
+    """
+
+    kills: KillSchedule | Iterable[Any] | None
+    restart_wait_s: float
+
+
+def fault_options(function: str, faults: Mapping[str, Any]) -> tuple[KillSchedule | Iterable[Any] | None, float]:
+    """``faults`` (the keywords ``function`` was called with, ``Faults``) as ``(kills, restart_wait_s)``."""
+    checks.keywords(function, faults, Faults)
+    return faults.get("kills"), faults.get("restart_wait_s", RESTART_WAIT_S)
 
 
 @dataclass

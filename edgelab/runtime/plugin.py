@@ -18,6 +18,7 @@ function, its arguments and its accounting are the task's own.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import math
 import os
@@ -216,6 +217,14 @@ class DeviceRuntime(WorkerPlugin):
             result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
         self._last_s[key] = time.perf_counter() - start
         return result
+
+    def send_to_peer(self, address: str, fn: str, args: tuple[Any, ...]) -> concurrent.futures.Future[Any]:
+        """Send the one-way call ``fn(*args)`` to the peer device at ``address`` on Dask's comms (its ``PEER_OP``).
+
+        No acknowledgement: the future is done once the message is sent; a peer that is gone is found by the client.
+        """
+        call = getattr(self._worker.rpc(address), PEER_OP)(reply=False, fn=fn, args=to_serialize(Bundle(args)))
+        return asyncio.run_coroutine_threadsafe(call, self._worker.loop.asyncio_loop)
 
     async def _peer(self, fn: str, args: tuple[Any, ...]) -> Any:
         """A peer device's one-way call on Dask's comms (a piece of an all-reduce round): run on the event loop."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError, DeviceMemoryError
 from edgelab.emulation.profiles import DeviceProfile
 from edgelab.models.builtin import ModelSpec, check_model
@@ -144,16 +145,25 @@ class TrainConfig:
         if not isinstance(self.model, str | UserModel):
             object.__setattr__(self, "model", user_model(self.model, seed=self.seed))
         check_model(self.model)
-        _choice("sync_every", self.sync_every, SYNC_EVERY)
-        _choice("worker_data", self.worker_data, WORKER_DATA)
-        _choice("partition", self.partition, PARTITIONS)
-        _choice("strategy", self.strategy, STRATEGIES)
+        checks.choice("sync_every", self.sync_every, SYNC_EVERY)
+        checks.choice("worker_data", self.worker_data, WORKER_DATA)
+        checks.choice("partition", self.partition, PARTITIONS)
+        checks.choice("strategy", self.strategy, STRATEGIES)
         for name in ("n_devices", "epochs", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
+        self._check_strategy()
+        self._check_rounds()
+        self._check_clients()
+        self._check_stragglers()
+        self.compression  # noqa: B018 - validates the compressor's name and level now
+        self._check_gossip()
+        if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
+            raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
+        self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
+
+    def _check_strategy(self) -> None:
         if self.strategy == "ps_async" and self.sync_every != "batch":
             raise ConfigError("sync_every", self.sync_every, "'batch' for strategy='ps_async' (one update per batch)")
         if self.strategy == "end_average" and (self.sync_every != "epoch" or self.epochs != 1):
@@ -163,23 +173,22 @@ class TrainConfig:
                 f"end_average averages once, at the end of one epoch: needs sync_every='epoch' and epochs=1 "
                 f"(got {self.sync_every!r}, {self.epochs}); for several epochs use ps_sync with sync_every='epoch'",
             )
-        if self.eval_every is not None and (
-            isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 1
-        ):
-            raise ConfigError("eval_every", self.eval_every, "None or an integer >= 1 (updates between evaluations)")
-        if self.max_steps is not None and (
-            isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1
-        ):
-            raise ConfigError("max_steps", self.max_steps, "None or an integer >= 1 (batches per device per epoch)")
-        if isinstance(self.sync_period, bool) or not isinstance(self.sync_period, int) or self.sync_period < 1:
-            raise ConfigError("sync_period", self.sync_period, "an integer >= 1 (batches or epochs per round)")
+
+    def _check_rounds(self) -> None:
+        """When the devices synchronize, and when the global model is evaluated."""
+        checks.integer("eval_every", self.eval_every, at_least=1, none="after each epoch only")
+        checks.integer("max_steps", self.max_steps, at_least=1, none="every batch of the data")
+        checks.integer("sync_period", self.sync_period, at_least=1)
         if self.sync_every == "epoch" and self.epochs % self.sync_period:
             raise ConfigError(
                 "sync_period", self.sync_period, f"a divisor of epochs={self.epochs} under sync_every='epoch'"
             )
-        _choice("sync_period_rule", self.sync_period_rule, PERIOD_RULES)
+        checks.choice("sync_period_rule", self.sync_period_rule, PERIOD_RULES)
         if self.sync_period_rule == "adaptive" and self.sync_every != "batch":
             raise ConfigError("sync_period_rule", self.sync_period_rule, "'fixed' under sync_every='epoch'")
+
+    def _check_clients(self) -> None:
+        """Which devices train in a round, on what data."""
         if not (isinstance(self.client_fraction, int | float) and 0.0 < self.client_fraction <= 1.0):
             raise ConfigError("client_fraction", self.client_fraction, "a share of the devices in (0, 1]")
         if self.strategy == "ps_async" and (
@@ -192,8 +201,11 @@ class TrainConfig:
             raise ConfigError("shared_fraction", self.shared_fraction, "a share of the training set in [0, 1)")
         if self.shared_fraction and self.worker_data != "shard":
             raise ConfigError("shared_fraction", self.shared_fraction, "0 under worker_data='full'")
+
+    def _check_stragglers(self) -> None:
+        """How long a round waits, for which devices."""
         build_deadline(self.deadline)
-        _choice("late", self.late, LATE_POLICIES)
+        checks.choice("late", self.late, LATE_POLICIES)
         object.__setattr__(self, "slowdown", tuple(self.slowdown))  # a list from a notebook's parameters
         if self.slowdown and (
             len(self.slowdown) != self.n_devices
@@ -202,11 +214,6 @@ class TrainConfig:
             raise ConfigError("slowdown", self.slowdown, f"{self.n_devices} factors > 0, one per device, or ()")
         if self.strategy == "ps_async" and self.deadline != "none":
             raise ConfigError("deadline", self.deadline, "'none' under strategy='ps_async' (it never waits)")
-        self.compression  # noqa: B018 - validates the compressor's name and level now
-        self._check_gossip()
-        if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
-            raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
-        self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
 
     def _check_gossip(self) -> None:
         if self.strategy != "gossip":
@@ -249,11 +256,6 @@ class TrainConfig:
             for k, v in d.items()
             if not (k in _OPTIONAL and v is None) and not (k in _LEFT_OUT_AT and v == _LEFT_OUT_AT[k])
         }
-
-
-def _choice(parameter: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(parameter, value, f"one of {', '.join(allowed)}")
 
 
 def samples_per_device(cfg: TrainConfig, n_train: int) -> list[int]:

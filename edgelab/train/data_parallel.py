@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pandas as pd
@@ -52,7 +52,7 @@ from edgelab.peer.allreduce import Ring
 from edgelab.peer.gossip import GossipRing
 from edgelab.runtime import round_wire
 from edgelab.runtime import tasks as runtime
-from edgelab.runtime.fleet import RESTART_WAIT_S, TRANSPORTS, Fleet
+from edgelab.runtime.fleet import TRANSPORTS, Faults, Fleet, fault_options
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy, fused
 from edgelab.sync.aggregate import RunningMean
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
@@ -90,6 +90,10 @@ __all__ = [
     "train",
     "weights_digest",
 ]
+
+
+# The transports on which the devices hold the weights and average among themselves.
+_PEER_TO_PEER = ("allreduce", "tree")
 
 
 def kill_schedule(kills: KillSchedule | Iterable[Any] | None, cfg: TrainConfig, n_train: int) -> KillSchedule | None:
@@ -149,12 +153,11 @@ def train(
     cfg: TrainConfig,
     *,
     monitor_interval_s: float = 0.25,
-    kills: KillSchedule | Iterable[Any] | None = None,
-    restart_wait_s: float = RESTART_WAIT_S,
     log: Callable[[str], None] = print,
     topology: Topology | None = None,
     device_model: DeviceModel | None = None,
     transport: str = "direct",
+    **faults: Unpack[Faults],
 ) -> TrainRun:
     """Run synchronous data-parallel training of ``cfg`` on the cluster's devices.
 
@@ -166,7 +169,8 @@ def train(
     (this process) holds every weight, so the run ends exactly as an
     undisturbed one. ``TrainRun.recoveries`` records each recovery; a device
     that does not come back raises ``WorkerLostError``. ``kills`` injects such
-    failures (``edgelab.cluster.faults``).
+    failures (``edgelab.cluster.faults``); both are ``faults``
+    (``edgelab.runtime.fleet.Faults``).
 
     Under ``strategy="ps_async"`` the updates are applied one at a time in the
     order they reach the server on the emulated clock (``edgelab.emulation.async_schedule``,
@@ -187,6 +191,48 @@ def train(
     ``TrainRun.weights`` are the devices' mean, and a lost device is brought
     back with its surviving neighbours' mean.
     """
+    kills, restart_wait_s = fault_options("train", faults)
+    strategy = _strategy_for(cfg, transport)
+    compressor = cfg.compression
+    # With a memory budget the device measures each step against it; the estimate is only informative then.
+    check(
+        cfg,
+        n_train=dataset.n_train,
+        profile=cluster.profile,
+        memory="raise" if cfg.memory_budget_mb is None else "estimate",
+    )
+    if cfg.n_devices > len(cluster.devices):
+        raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
+    schedule = kill_schedule(kills, cfg, dataset.n_train)
+    handed_over = _handed_over(cfg, dataset)
+    if transport not in _PEER_TO_PEER and compressor is None:
+        fused.warm_in_background()  # the one-pass round end, loaded while the devices load their data
+    t_start = time.perf_counter()
+    setup = _Setup(
+        cluster=cluster,
+        dataset=dataset,
+        cfg=cfg,
+        devices=cluster.devices[: cfg.n_devices],
+        strategy=strategy,
+        transport=transport,
+        compressor=compressor,
+        # The master splits the data; each device gets its part when it is prepared.
+        indices=_indices(cfg, dataset),
+        steps=steps_per_device(cfg, dataset.n_train),
+        run_id=uuid.uuid4().hex,  # 128 random bits: what a peer's piece must name to be taken
+        handed_over=handed_over,
+        monitor_interval_s=monitor_interval_s,
+    )
+    need = _memory_need(cluster, setup.devices[0], cfg)
+    run = _Run(setup, t_start)
+    run.fleet = Fleet.for_cluster(
+        cluster, setup.devices, run.prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log
+    )
+    return run.execute(need, device_model, topology)
+
+
+def _strategy_for(cfg: TrainConfig, transport: str) -> Any:
+    """``cfg``'s strategy, once ``transport`` is known to carry it."""
     if transport not in TRANSPORTS:
         raise ConfigError("transport", transport, f"one of {', '.join(TRANSPORTS)}")
     strategy = build_strategy(cfg.strategy, sync_every=cfg.sync_every, momentum=cfg.momentum)
@@ -194,7 +240,7 @@ def train(
         raise ConfigError(
             "transport", transport, "'allreduce' under strategy='gossip' (each device holds its own weights)"
         )
-    peer_to_peer = transport in ("allreduce", "tree")
+    peer_to_peer = transport in _PEER_TO_PEER
     if peer_to_peer and (not isinstance(strategy, ParameterServerSync) or strategy.asynchronous):
         raise ConfigError(
             "transport", transport, f"a synchronous strategy (ps_sync, end_average), not strategy={cfg.strategy!r}"
@@ -211,233 +257,315 @@ def train(
         raise ConfigError(
             "transport", transport, f"dense updates (a tree sums its deltas; got compressor={cfg.compressor!r})"
         )
-    compressor = cfg.compression
-    # With a memory budget the device measures each step against it; the estimate is only informative then.
-    check(
-        cfg,
-        n_train=dataset.n_train,
-        profile=cluster.profile,
-        memory="raise" if cfg.memory_budget_mb is None else "estimate",
-    )
-    if cfg.n_devices > len(cluster.devices):
-        raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
-    schedule = kill_schedule(kills, cfg, dataset.n_train)
-    handed_over = None
-    if isinstance(cfg.model, UserModel):
-        check_data(cfg.model, dataset.x_train.shape[1:], int(max(dataset.y_train.max(), dataset.y_test.max())) + 1)
-        handed_over = cfg.model.payload
-    devices = cluster.devices[: cfg.n_devices]
-    spec = cfg.spec
-    if not peer_to_peer and compressor is None:
-        fused.warm_in_background()  # the one-pass round end, loaded while the devices load their data
-    t_start = time.perf_counter()
+    return strategy
 
-    # The master splits the data; each device gets its part when it is prepared.
+
+def _handed_over(cfg: TrainConfig, dataset: Dataset) -> Any:
+    """The user's model as the devices receive it, once it is known to fit the data; None for a built-in one."""
+    if not isinstance(cfg.model, UserModel):
+        return None
+    check_data(cfg.model, dataset.x_train.shape[1:], int(max(dataset.y_train.max(), dataset.y_test.max())) + 1)
+    return cfg.model.payload
+
+
+def _indices(cfg: TrainConfig, dataset: Dataset) -> list[np.ndarray]:
+    """The training samples of each device, in order."""
     if cfg.worker_data == "full":
         # The same seeded order as a single shard, so N=1 is the same run either way.
-        indices = partition(dataset.y_train, 1, scheme="iid", seed=cfg.seed) * cfg.n_devices
-    else:
-        indices = shared_subset_split(
-            dataset.y_train, cfg.n_devices, cfg.shared_fraction, scheme=cfg.partition, seed=cfg.seed
-        )
-    steps = steps_per_device(cfg, dataset.n_train)
-    run_id = uuid.uuid4().hex  # 128 random bits: what a peer's piece must name to be taken
-    shards: dict[str, dict[str, Any]] = {}
+        return partition(dataset.y_train, 1, scheme="iid", seed=cfg.seed) * cfg.n_devices
+    return shared_subset_split(dataset.y_train, cfg.n_devices, cfg.shared_fraction, scheme=cfg.partition, seed=cfg.seed)
 
-    def prepare(todo: list[str]) -> None:
-        # Load each device's shard and warm its model, then start its monitor.
+
+def _memory_need(cluster: DeviceCluster, device: str, cfg: TrainConfig) -> dict[str, float]:
+    """Under a memory budget, what a step needs, measured on ``device``; more than the budget raises."""
+    if cfg.memory_budget_mb is None:
+        return {}
+    need = probe_memory(cluster, device, cfg)
+    if need["need_mb"] > cfg.memory_budget_mb:
+        raise DeviceOutOfMemory(device, need["need_mb"], cfg.memory_budget_mb)
+    return need
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a run is, fixed before its first round."""
+
+    cluster: DeviceCluster
+    dataset: Dataset
+    cfg: TrainConfig
+    devices: list[str]
+    strategy: Any
+    transport: str
+    compressor: Any  # the devices' compressor, None when updates go whole
+    indices: list[np.ndarray]  # each device's training samples
+    steps: list[int]  # each device's batches per epoch
+    run_id: str
+    handed_over: Any  # the user's model as the devices receive it (None: a built-in one)
+    monitor_interval_s: float
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model every device builds."""
+        return self.cfg.spec
+
+    @property
+    def per_batch(self) -> bool:
+        """Whether rounds end every few batches (``sync_every="batch"``), not every few epochs."""
+        return self.cfg.sync_every == "batch"
+
+
+@dataclass
+class _Run:
+    """One run under way: its setup, its fleet, the global model's place, and what it has measured so far."""
+
+    setup: _Setup
+    t_start: float  # the call's start (perf_counter)
+    fleet: Fleet = field(init=False)
+    ring: Ring | None = None  # the devices' all-reduce (or gossip), when they hold the weights
+    shards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    monitor: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    rnd: int = 0  # rounds done (synchronous strategies)
+    seen: int = 0  # samples trained on so far
+    first_round_end_s: float = 0.0  # from the call: what a user waits for the first synchronization
+    t_train: float = 0.0  # the first round's start (perf_counter)
+    # A round's records are written once the next round's calls went out, while its devices train.
+    unbooked: list[Callable[[], None]] = field(default_factory=list)
+
+    def prepare(self, todo: list[str]) -> None:
+        """Load each device's shard and warm its model, then start its monitor."""
+        s, fleet = self.setup, self.fleet
         loads = {}
         for device in todo:
-            i = devices.index(device)
-            x_f = fleet.send(device, dataset.x_train[indices[i]])
-            y_f = fleet.send(device, dataset.y_train[indices[i]])
-            per_round = cfg.sync_period if cfg.sync_every == "batch" else steps[i]
+            i = s.devices.index(device)
+            x_f = fleet.send(device, s.dataset.x_train[s.indices[i]])
+            y_f = fleet.send(device, s.dataset.y_train[s.indices[i]])
+            per_round = s.cfg.sync_period if s.per_batch else s.steps[i]
             loads[device] = fleet.submit(
-                device, runtime.load_shard, run_id, spec, x_f, y_f, cfg.batch_size, per_round, handed_over
+                device, runtime.load_shard, s.run_id, s.spec, x_f, y_f, s.cfg.batch_size, per_round, s.handed_over
             )
         fleet.point("load")
         fleet.wait(loads)
         for device, loaded in fleet.gather(loads).items():
-            shards.setdefault(device, loaded)  # the first load is the run's; a recovery's is in recoveries
+            self.shards.setdefault(device, loaded)  # the first load is the run's; a recovery's is in recoveries
         fleet.point("monitor_start")
-        fleet.run(todo, runtime.start_monitor, monitor_interval_s)
+        fleet.run(todo, runtime.start_monitor, s.monitor_interval_s)
 
-    need: dict[str, float] = {}
-    if cfg.memory_budget_mb is not None:
-        need = probe_memory(cluster, devices[0], cfg)
-        if need["need_mb"] > cfg.memory_budget_mb:
-            raise DeviceOutOfMemory(devices[0], need["need_mb"], cfg.memory_budget_mb)
-    fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
-    records: list[dict[str, Any]] = []
-    monitor: list[dict[str, Any]] = []
-    evaluations: list[dict[str, Any]] = []
-    progress: list[dict[str, Any]] = []
-    rnd = seen = 0
-    first_round_end_s = 0.0  # from the call: what a user waits for the first synchronization
-    finished = False
-    eval_data = dataset.x_test[: cfg.eval_limit], dataset.y_test[: cfg.eval_limit]
+    def execute(self, need: dict[str, float], device_model: DeviceModel | None, topology: Topology | None) -> TrainRun:
+        """Train from the first device's initial weights to the last evaluation; what the run measured."""
+        s = self.setup
+        finished = False
+        try:
+            weights: list[np.ndarray] | None = self.initial_weights()
+            self.t_train = time.perf_counter()
+            if isinstance(s.strategy, ParameterServerAsync):
+                model = device_model or _device_model(s.cluster)
+                weights = _train_async(self, weights, s.strategy, model, topology or Topology())
+            else:
+                weights = self.train_sync(weights, device_model)
+            weights = self.held(weights, self.rnd)
+            train_wall = time.perf_counter() - self.t_train
+            self.monitor += _stop_monitors(self.fleet, s.devices)
+            finished = True
+        finally:
+            if not finished:
+                # The run failed: stop what still runs on the devices, without recovering anything.
+                s.cluster.client.run(runtime.stop_monitor, on_error="ignore")
+            s.cluster.client.run(runtime.release, s.run_id, on_error="ignore")
+        return self.result(weights, train_wall, need, topology)
 
-    ring: Ring | None = None
+    def initial_weights(self) -> list[np.ndarray]:
+        """The first device's initial weights; the devices' ring set up from them when they hold the weights."""
+        s, fleet = self.setup, self.fleet
+        # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.common.wire).
+        weights = Flat(
+            *pack(fleet.attempt("load", 0, lambda: fleet.call(s.devices[0], runtime.initial_weights, s.spec)))
+        )
+        if s.cfg.strategy == "gossip":
+            # No global model: each device keeps its own weights; evaluations read their mean (edgelab.peer.gossip).
+            graph = build_topology(s.cfg.gossip_topology, s.cfg.n_devices, s.cfg.seed)
+            self.ring = GossipRing(fleet, s.run_id, s.devices, weights, s.strategy, topology=graph)
+        elif s.transport in _PEER_TO_PEER:
+            mode = "tree" if s.transport == "tree" else "ring"
+            self.ring = Ring(fleet, s.run_id, s.devices, weights, s.strategy, compressor=s.compressor, mode=mode)
+        return weights
 
-    def held(weights: list[np.ndarray] | None, updates: int) -> list[np.ndarray]:
-        # Under all-reduce the devices hold the weights: fetched when an evaluation needs them.
+    def held(self, weights: list[np.ndarray] | None, updates: int) -> list[np.ndarray]:
+        """The global weights: under all-reduce the devices hold them, fetched when an evaluation needs them."""
         if weights is not None:
             return weights
-        assert ring is not None
-        return fleet.attempt("evaluate", updates, partial(ring.weights_at, updates))
+        assert self.ring is not None
+        return self.fleet.attempt("evaluate", updates, partial(self.ring.weights_at, updates))
 
-    def check_progress(weights: list[np.ndarray] | None, updates: int, samples: int) -> None:
-        if cfg.eval_every and updates % cfg.eval_every == 0:
-            weights = held(weights, updates)
-            scores = fleet.attempt(
-                "evaluate", updates, partial(_evaluate, fleet, devices[0], spec, weights, *eval_data)
+    def check_progress(self, weights: list[np.ndarray] | None, updates: int, samples: int) -> None:
+        """Every ``eval_every`` updates, the global weights' accuracy and loss on the first ``eval_limit`` tests."""
+        s = self.setup
+        if s.cfg.eval_every and updates % s.cfg.eval_every == 0:
+            weights = self.held(weights, updates)
+            eval_data = s.dataset.x_test[: s.cfg.eval_limit], s.dataset.y_test[: s.cfg.eval_limit]
+            scores = self.fleet.attempt(
+                "evaluate", updates, partial(_evaluate, self.fleet, s.devices[0], s.spec, weights, *eval_data)
             )
-            progress.append({"updates": updates, "samples_seen": samples, **scores})
+            self.progress.append({"updates": updates, "samples_seen": samples, **scores})
 
-    try:
-        # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.common.wire).
-        weights = Flat(*pack(fleet.attempt("load", 0, lambda: fleet.call(devices[0], runtime.initial_weights, spec))))
-        if cfg.strategy == "gossip":
-            # No global model: each device keeps its own weights; evaluations read their mean (edgelab.peer.gossip).
-            graph = build_topology(cfg.gossip_topology, cfg.n_devices, cfg.seed)
-            ring = GossipRing(fleet, run_id, devices, weights, strategy, topology=graph)
-        elif peer_to_peer:
-            mode = "tree" if transport == "tree" else "ring"
-            ring = Ring(fleet, run_id, devices, weights, strategy, compressor=compressor, mode=mode)
-        t_train = time.perf_counter()
-        if isinstance(strategy, ParameterServerAsync):
-            model = device_model or _device_model(cluster)
-            weights = _train_async(
-                fleet,
-                devices,
-                cfg,
-                run_id,
-                steps,
-                weights,
-                strategy,
-                model,
-                topology or Topology(),
-                cluster,
-                records,
-                monitor,
-                evaluations,
-                check_progress,
-                dataset,
-                transport,
-            )
-        span = cfg.epochs_per_round
+    def evaluate_epoch(self, weights: list[np.ndarray] | None, at: int, epoch: int, rounds: int) -> list[np.ndarray]:
+        """The end-of-epoch evaluation ``at`` (a kill point) on the whole test set, recorded as ``epoch``."""
+        s = self.setup
+        t_eval = time.perf_counter()
+        weights = self.held(weights, rounds)
+        evaluate = partial(_evaluate, self.fleet, s.devices[0], s.spec, weights, s.dataset.x_test, s.dataset.y_test, at)
+        scores = self.fleet.attempt("evaluate", at, evaluate)
+        spread = {"consensus_spread": self.ring.spread} if isinstance(self.ring, GossipRing) else {}
+        self.evaluations.append(
+            {"epoch": epoch, "rounds": rounds, **scores, **spread, "eval_wall_s": time.perf_counter() - t_eval}
+        )
+        return weights
+
+    def book(self) -> None:
+        """Write the records of the rounds not written yet."""
+        while self.unbooked:
+            self.unbooked.pop(0)()
+
+    def train_sync(self, weights: list[np.ndarray] | None, device_model: DeviceModel | None) -> list[np.ndarray] | None:
+        """Synchronous rounds, ``sync_period`` batches or epochs each, and an evaluation after each round's epochs."""
+        s = self.setup
+        span = s.cfg.epochs_per_round
         # Each device's task with the run's fields; a round's are copied in (a frozen dataclass's __init__: 9 µs).
         templates = [
             runtime.RoundTask(
-                run_id, spec, i, 0, 0, 0, 0, cfg.batch_size, cfg.seed, local_epochs=span, compressor=compressor
+                s.run_id,
+                s.spec,
+                i,
+                0,
+                0,
+                0,
+                0,
+                s.cfg.batch_size,
+                s.cfg.seed,
+                local_epochs=span,
+                compressor=s.compressor,
             )
-            for i in range(len(devices))
+            for i in range(len(s.devices))
         ]
-        # A round's records are written once the next round's calls went out, while its devices train.
-        unbooked: list[Callable[[], None]] = []
-
-        def book() -> None:
-            while unbooked:
-                unbooked.pop(0)()
-
-        periods = SyncPeriod(cfg.sync_period, cfg.sync_period_rule)
-        stragglers = _Stragglers.of(cfg, cluster, device_model) if cfg.deadline != "none" or cfg.slowdown else None
-        for epoch in range(0, 0 if isinstance(strategy, ParameterServerAsync) else cfg.epochs, span):
+        periods = SyncPeriod(s.cfg.sync_period, s.cfg.sync_period_rule)
+        stragglers = (
+            _Stragglers.of(s.cfg, s.cluster, device_model) if s.cfg.deadline != "none" or s.cfg.slowdown else None
+        )
+        for epoch in range(0, s.cfg.epochs, span):
             first = 0
-            while first < (max(steps) if cfg.sync_every == "batch" else 1):
-                round_start_s = time.perf_counter() - t_train  # a round's period runs to the next one's start
-                period = periods.next() if cfg.sync_every == "batch" else steps[0]
-                clients = clients_of_round(cfg, rnd, [i for i in range(len(devices)) if first < steps[i]])
-                tasks = {
-                    devices[i]: round_wire.with_round(
-                        templates[i],
-                        {
-                            "round": rnd,
-                            "epoch": epoch,
-                            "first_step": first,
-                            "steps": min(period, steps[i] - first) if cfg.sync_every == "batch" else steps[i],
-                        },
-                    )
-                    for i in clients
-                }
-                if ring is not None:
-                    # The devices averaged among themselves: the client holds no weights until it asks.
-                    results = [(None, r) for r in fleet.attempt("broadcast", rnd, partial(ring.round, tasks, rnd))]
-                    round_wall = fleet.last_attempt_s
-                    server_s = 0.0  # the devices computed the step inside the round
-                    fleet.point("aggregate", rnd)
-                    weights = None
-                else:
-                    # Plain averaging: the server sums each update in as it arrives, while later ones train.
-                    mean_of = strategy.running_mean if compressor is None and stragglers is None else None
-                    round_ = partial(_round, fleet, tasks, weights, transport, mean_of, book)
-                    results, running = fleet.attempt("broadcast", rnd, round_)
-                    attempt_s = fleet.last_attempt_s
-                    # The gathered updates are in this process now: a device lost from here on is
-                    # found (and prepared again) by the next step; the aggregation needs nothing from it.
-                    fleet.point("aggregate", rnd)
-                    t_agg = time.perf_counter()
-                    if running is not None:
-                        weights = strategy.aggregate_running(weights, running) or weights
-                    else:
-                        updates = [
-                            DeviceUpdate(r["device"], _decoded(delta, compressor), r["samples"]) for delta, r in results
-                        ]
-                        if stragglers is not None:
-                            updates = stragglers.on_time(updates, [r for _, r in results], rnd)
-                        weights = strategy.aggregate(weights, updates) or weights
-                    server_s = time.perf_counter() - t_agg
-                    round_wall = attempt_s + server_s
-                unbooked.append(partial(_book, records, monitor, results, rnd, round_start_s, round_wall, server_s))
-                if ring is not None:
-                    book()
-                rnd += 1
+            while first < (max(s.steps) if s.per_batch else 1):
+                round_start_s = time.perf_counter() - self.t_train  # a round's period runs to the next one's start
+                period = periods.next() if s.per_batch else s.steps[0]
+                tasks = self.round_tasks(templates, epoch, first, period)
+                weights, results = self.sync_round(weights, tasks, stragglers, round_start_s)
+                self.rnd += 1
                 first += period
-                first_round_end_s = first_round_end_s or time.perf_counter() - t_start
-                seen += sum(int(r["samples"]) for _, r in results)
+                self.first_round_end_s = self.first_round_end_s or time.perf_counter() - self.t_start
+                self.seen += sum(int(r["samples"]) for _, r in results)
                 if periods.adapts:  # 50 µs a round on the critical path, for a number only AdaComm reads
                     periods.observe(_mean_loss(results))
-                check_progress(weights, rnd, seen)
-            book()
-            t_eval = time.perf_counter()
-            weights = held(weights, rnd)
-            at = epoch // span
-            evaluate = partial(_evaluate, fleet, devices[0], spec, weights, dataset.x_test, dataset.y_test, at)
-            scores = fleet.attempt("evaluate", at, evaluate)
-            spread = {"consensus_spread": ring.spread} if isinstance(ring, GossipRing) else {}
-            evaluations.append(
-                {"epoch": epoch + span, "rounds": rnd, **scores, **spread, "eval_wall_s": time.perf_counter() - t_eval}
+                self.check_progress(weights, self.rnd, self.seen)
+            self.book()
+            weights = self.evaluate_epoch(weights, epoch // span, epoch + span, self.rnd)
+        return weights
+
+    def round_tasks(
+        self, templates: list[runtime.RoundTask], epoch: int, first: int, period: int
+    ) -> dict[str, runtime.RoundTask]:
+        """The task of each device that trains in the next round, from batch ``first`` of ``epoch``."""
+        s = self.setup
+        clients = clients_of_round(s.cfg, self.rnd, [i for i in range(len(s.devices)) if first < s.steps[i]])
+        return {
+            s.devices[i]: round_wire.with_round(
+                templates[i],
+                {
+                    "round": self.rnd,
+                    "epoch": epoch,
+                    "first_step": first,
+                    "steps": min(period, s.steps[i] - first) if s.per_batch else s.steps[i],
+                },
             )
-        weights = held(weights, rnd)
-        train_wall = time.perf_counter() - t_train
-        monitor += _stop_monitors(fleet, devices)
-        finished = True
-    finally:
-        if not finished:
-            # The run failed: stop what still runs on the devices, without recovering anything.
-            cluster.client.run(runtime.stop_monitor, on_error="ignore")
-        cluster.client.run(runtime.release, run_id, on_error="ignore")
-    return TrainRun(
-        config=cfg,
-        records=pd.DataFrame(records),
-        evaluations=pd.DataFrame(evaluations),
-        progress=pd.DataFrame(progress, columns=["updates", "samples_seen", "accuracy", "loss"]),
-        monitor=pd.DataFrame(monitor, columns=MONITOR_COLUMNS),
-        shards=pd.DataFrame([shards[d] for d in devices]),
-        host={
-            "train_wall_s": train_wall,
-            "total_wall_s": time.perf_counter() - t_start,
-            "first_round_end_s": first_round_end_s,
-            "transport": transport,
-        },
-        recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
-        kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
-        weights=weights,
-        memory=need,
-        profile=cluster.profile,
-        emulated=cluster.emulated,
-        topology=topology or Topology(),
-    )
+            for i in clients
+        }
+
+    def sync_round(
+        self,
+        weights: list[np.ndarray] | None,
+        tasks: dict[str, runtime.RoundTask],
+        stragglers: _Stragglers | None,
+        round_start_s: float,
+    ) -> tuple[list[np.ndarray] | None, list[Any]]:
+        """One synchronous round: the next global weights (None: the devices hold them) and each device's result."""
+        fleet, rnd = self.fleet, self.rnd
+        if self.ring is not None:
+            # The devices averaged among themselves: the client holds no weights until it asks.
+            results = [(None, r) for r in fleet.attempt("broadcast", rnd, partial(self.ring.round, tasks, rnd))]
+            round_wall = fleet.last_attempt_s
+            server_s = 0.0  # the devices computed the step inside the round
+            fleet.point("aggregate", rnd)
+            weights = None
+        else:
+            assert weights is not None
+            weights, results, round_wall, server_s = self.server_round(weights, tasks, stragglers)
+        self.unbooked.append(
+            partial(_book, self.records, self.monitor, results, rnd, round_start_s, round_wall, server_s)
+        )
+        if self.ring is not None:
+            self.book()
+        return weights, results
+
+    def server_round(
+        self, weights: list[np.ndarray], tasks: dict[str, runtime.RoundTask], stragglers: _Stragglers | None
+    ) -> tuple[list[np.ndarray], list[Any], float, float]:
+        """A round through the parameter server: the next weights, the results, the round's and the server's seconds."""
+        s, fleet, rnd = self.setup, self.fleet, self.rnd
+        # Plain averaging: the server sums each update in as it arrives, while later ones train.
+        mean_of = s.strategy.running_mean if s.compressor is None and stragglers is None else None
+        round_ = partial(_round, fleet, tasks, weights, s.transport, mean_of, self.book)
+        results, running = fleet.attempt("broadcast", rnd, round_)
+        attempt_s = fleet.last_attempt_s
+        # The gathered updates are in this process now: a device lost from here on is
+        # found (and prepared again) by the next step; the aggregation needs nothing from it.
+        fleet.point("aggregate", rnd)
+        t_agg = time.perf_counter()
+        if running is not None:
+            weights = s.strategy.aggregate_running(weights, running) or weights
+        else:
+            updates = [DeviceUpdate(r["device"], _decoded(delta, s.compressor), r["samples"]) for delta, r in results]
+            if stragglers is not None:
+                updates = stragglers.on_time(updates, [r for _, r in results], rnd)
+            weights = s.strategy.aggregate(weights, updates) or weights
+        server_s = time.perf_counter() - t_agg
+        return weights, results, attempt_s + server_s, server_s
+
+    def result(
+        self, weights: list[np.ndarray], train_wall: float, need: dict[str, float], topology: Topology | None
+    ) -> TrainRun:
+        """Everything the run measured."""
+        s, fleet = self.setup, self.fleet
+        return TrainRun(
+            config=s.cfg,
+            records=pd.DataFrame(self.records),
+            evaluations=pd.DataFrame(self.evaluations),
+            progress=pd.DataFrame(self.progress, columns=["updates", "samples_seen", "accuracy", "loss"]),
+            monitor=pd.DataFrame(self.monitor, columns=MONITOR_COLUMNS),
+            shards=pd.DataFrame([self.shards[d] for d in s.devices]),
+            host={
+                "train_wall_s": train_wall,
+                "total_wall_s": time.perf_counter() - self.t_start,
+                "first_round_end_s": self.first_round_end_s,
+                "transport": s.transport,
+            },
+            recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
+            kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
+            weights=weights,
+            memory=need,
+            profile=s.cluster.profile,
+            emulated=s.cluster.emulated,
+            topology=topology or Topology(),
+        )
 
 
 MONITOR_COLUMNS = [
@@ -634,31 +762,18 @@ def _device_model(cluster: DeviceCluster) -> DeviceModel:
 
 
 def _train_async(
-    fleet: Fleet,
-    devices: list[str],
-    cfg: TrainConfig,
-    run_id: str,
-    steps: list[int],
-    weights: list[np.ndarray],
-    strategy: ParameterServerAsync,
-    model: DeviceModel,
-    topology: Topology,
-    cluster: DeviceCluster,
-    records: list[dict[str, Any]],
-    monitor: list[dict[str, Any]],
-    evaluations: list[dict[str, Any]],
-    check_progress: Callable[[list[np.ndarray], int, int], None],
-    dataset: Dataset,
-    transport: str,
+    run: _Run, weights: list[np.ndarray], strategy: ParameterServerAsync, model: DeviceModel, topology: Topology
 ) -> list[np.ndarray]:
     """Asynchronous SGD: updates applied one by one, in the order the emulated clock gives them."""
+    s, fleet = run.setup, run.fleet
+    cfg, devices, steps = s.cfg, s.devices, s.steps
     samples = [
-        [min(cfg.batch_size, n - s * cfg.batch_size) for s in range(k)]
-        for n, k in zip(_shard_sizes(cfg, dataset), steps, strict=True)
+        [min(cfg.batch_size, n - k * cfg.batch_size) for k in range(n_steps)]
+        for n, n_steps in zip(_shard_sizes(cfg, s.dataset), steps, strict=True)
     ]
     per_device = [[x for _ in range(cfg.epochs) for x in row] for row in samples]
     plan = async_schedule.run_schedule(
-        cfg.model, per_device, device_model=model, profile=cluster.profile, topology=topology
+        cfg.model, per_device, device_model=model, profile=s.cluster.profile, topology=topology
     )
     # Each update's pull: once the updates before its pulled version are applied, its device gets those weights.
     pulls_at: dict[int, list[int]] = {}
@@ -666,19 +781,17 @@ def _train_async(
         pulls_at.setdefault(int(row.pulled_version), []).append(int(row.update))
     inflight: dict[int, tuple[Any, list[np.ndarray], int]] = {}
 
-    compressor = cfg.compression
-
     def task_of(update: int) -> runtime.RoundTask:
         row = plan.iloc[update]
         i, step = int(row.device_index), int(row.step)
         epoch, first = divmod(step, steps[i])
         return runtime.RoundTask(
-            run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed, compressor=compressor
+            s.run_id, cfg.spec, i, update, epoch, first, 1, cfg.batch_size, cfg.seed, compressor=s.compressor
         )
 
     def pull(update: int, pulled: list[np.ndarray]) -> None:
         device = devices[int(plan.iloc[update].device_index)]
-        if transport == "direct":
+        if s.transport == "direct":
             call: Any = fleet.direct(device, runtime.train_round, task_of(update), Packed(pulled))
         else:
             call = fleet.submit(device, runtime.train_round, task_of(update), fleet.send(device, Packed(pulled)))
@@ -695,7 +808,6 @@ def _train_async(
         fleet.wait({device: call})
         return call.result()  # type: ignore[no-any-return]
 
-    seen = 0
     epoch_updates = np.cumsum([sum(steps)] * cfg.epochs)
     for update in pulls_at.get(0, []):
         pull(update, weights)
@@ -703,12 +815,12 @@ def _train_async(
         delta, record = fleet.attempt("train", update, partial(collect, update))
         row = plan.iloc[update]
         weights = strategy.apply(
-            weights, DeviceUpdate(record["device"], _decoded(delta, compressor), record["samples"])
+            weights, DeviceUpdate(record["device"], _decoded(delta, s.compressor), record["samples"])
         )
         del inflight[update]
-        monitor += [{"device": record["device"], **s} for s in record.pop("monitor")]
-        seen += int(record["samples"])
-        records.append(
+        run.monitor += [{"device": record["device"], **m} for m in record.pop("monitor")]
+        run.seen += int(record["samples"])
+        run.records.append(
             {
                 **record,
                 "round_wall_s": float("nan"),
@@ -721,15 +833,10 @@ def _train_async(
         )
         for nxt in pulls_at.get(update + 1, []):
             pull(nxt, weights)
-        check_progress(weights, update + 1, seen)
+        run.check_progress(weights, update + 1, run.seen)
         if update + 1 in epoch_updates:
             epoch = int(np.searchsorted(epoch_updates, update + 1))
-            t_eval = time.perf_counter()
-            evaluate = partial(_evaluate, fleet, devices[0], cfg.spec, weights, dataset.x_test, dataset.y_test, epoch)
-            scores = fleet.attempt("evaluate", epoch, evaluate)
-            evaluations.append(
-                {"epoch": epoch + 1, "rounds": update + 1, **scores, "eval_wall_s": time.perf_counter() - t_eval}
-            )
+            run.evaluate_epoch(weights, epoch, epoch + 1, update + 1)
     return weights
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster
-from edgelab.common.errors import ConfigError
+from edgelab.common import checks
 from edgelab.runtime.fleet import Fleet
 
 #: Chosen here (the paper names the layers, not their settings).
@@ -86,8 +86,7 @@ def augment(
     """
     classes = [int(c) for c in np.unique(y)]
     largest = int(max((y == c).sum() for c in classes))
-    if isinstance(per_class, bool) or not isinstance(per_class, int) or per_class < largest:
-        raise ConfigError("augment_per_class", per_class, f"an integer >= the largest class ({largest} images)")
+    checks.integer("augment_per_class", per_class, at_least=largest)  # the largest class's images
     where = {c: cluster.devices[i % len(cluster.devices)] for i, c in enumerate(classes)}
     # Each class's images go straight to its device; a device lost on the way is waited for and the work redone.
     fleet = Fleet.for_cluster(cluster, sorted(set(where.values())), lambda todo: None)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from edgelab.cluster.device_cluster import scheduler_workers
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import atomic_write_text
 from edgelab.emulation.profiles import PROFILES, DeviceProfile
@@ -358,7 +359,7 @@ def services_table(client: Client) -> pd.DataFrame:
         ports += [f"{dashboard}/http (dashboard ≙ Jupyter 8888)"] if dashboard else []
         rtt = _ping(client, None if kind == "scheduler" else addr)
         nanny_rtt = _ping(client, addr, nanny=True) if nanny else math.nan
-        scope = _scope(protocol, host, own)
+        scope = address_scope(protocol, host, own)
         rows.append(
             {
                 "NAME": name,
@@ -401,7 +402,7 @@ def _own_addresses() -> set[str]:
     return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs} | {socket.gethostname()}
 
 
-def _scope(protocol: str, host: str, own: set[str]) -> str:
+def address_scope(protocol: str, host: str, own: set[str]) -> str:
     """``in-process``, ``loopback``, ``this host``, ``private network``, ``public`` or ``unresolved name``."""
     if protocol == "inproc":
         return "in-process"
@@ -448,12 +449,9 @@ def hardware_table(
         One row per worker: name, kind (emulated/real), emulates, speed_factor, link_mbps, machine, cpu_count,
         nthreads, memory_limit, hostname, device_model (``/proc/device-tree/model``, "" when unreadable).
     """
-    if not link_mbps > 0:
-        raise ConfigError("link_mbps", link_mbps, "a rate > 0 in Mbit/s")
-    if not isinstance(memory_mb, int) or memory_mb < 1:
-        raise ConfigError("memory_mb", memory_mb, "an integer >= 1 (MB)")
-    if speed_factor is not None and not speed_factor > 0:
-        raise ConfigError("speed_factor", speed_factor, "None or a factor > 0")
+    checks.number("link_mbps", link_mbps, above=0, unit="Mbit/s")
+    checks.integer("memory_mb", memory_mb, at_least=1)
+    checks.number("speed_factor", speed_factor, above=0, none="not emulated or not calibrated")
     profile = PROFILES.get(profile_name)
     cpu = f"{profile.cores}x {profile.clock_ghz:g} GHz, " if profile and profile.clock_ghz else ""
     emulates = f"{profile_name}: {cpu}{memory_mb} MB, {link_mbps:g} Mbit/s" if emulated else ""
@@ -917,8 +915,7 @@ def render_cluster_items(
     list of ReportItem
         One per item, for ``edgelab.report.manifest.update_manifest``.
     """
-    if not isinstance(expected_workers, int) or expected_workers < 1:
-        raise ConfigError("expected_workers", expected_workers, "an integer >= 1")
+    checks.integer("expected_workers", expected_workers, at_least=1)
     common = {"data_source": data_source, "clock": CLOCK, "notebook": notebook, "parameters": parameters}
     live = f"Live Dask cluster, read {view.collected}:"
     mapping = markdown_table(node_mapping(view.nodes))

@@ -17,12 +17,14 @@ Linear Bottlenecks", CVPR 2018, arXiv:1801.04381.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 
+from edgelab.common.checks import integer, keywords
 from edgelab.common.errors import ConfigError
 from edgelab.report.manifest import ReportItem
 from edgelab.report.reference import load_reference
@@ -70,9 +72,25 @@ def _need(frame: pd.DataFrame, columns: tuple[str, ...], name: str) -> None:
         raise ConfigError(name, list(frame.columns), f"a non-empty frame with columns {', '.join(columns)}")
 
 
-def _positive_int(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1")
+class Record(TypedDict):
+    """Where an item is written (``root``: ``reports/`` when None) and what the manifest records of its run.
+
+    The keywords every ``render_*`` here takes.
+    """
+
+    root: Path | None
+    notebook: str
+    parameters: dict[str, Any]
+    data_source: dict[str, Any]
+
+
+def _record(function: str, record: Mapping[str, Any]) -> tuple[Path | None, dict[str, Any]]:
+    """``record`` (``Record``) as the reports folder and the manifest's keywords, each keyword checked."""
+    keywords(function, record, Record)
+    missing = [key for key in Record.__required_keys__ if key not in record]
+    if missing:
+        raise TypeError(f"{function}() missing required keyword argument {sorted(missing)[0]!r}")
+    return record["root"], {key: record[key] for key in ("notebook", "parameters", "data_source")}
 
 
 def _shape(tensor: Any) -> tuple[int, ...]:
@@ -152,23 +170,22 @@ def _draw_block(ax: Axes, frame: pd.DataFrame, heading: str, narrow: int) -> Non
     ax.text(9.3, (n + 1) / 2, text, ha="center", va="center", fontsize=8, color="tab:blue")
 
 
-def render_fig1(
-    *, image_size: int = 224, root: Path | None, notebook: str, parameters: dict[str, Any], data_source: dict[str, Any]
-) -> ReportItem:
+def render_fig1(*, image_size: int = 224, **record: Unpack[Record]) -> ReportItem:
     """jeon/fig1: MobileNetV2's real ``block_2`` with per-image activation bytes, beside a wide-skip counterpart.
 
     Parameters
     ----------
     image_size
         Side of the model's input (the paper does not state it; 224 gives the catalog's 56x56 tensors).
-    root, notebook, parameters, data_source
-        Reports folder (``reports/`` when None) and what the manifest records of the run.
+    **record
+        ``Record``: the reports folder (``reports/`` when None) and what the manifest records of the run.
 
     Returns
     -------
     ReportItem
         png diagram, csv and md table; judged on claim C19 (structure and bytes, deterministic).
     """
+    root, common = _record("render_fig1", record)
     from edgelab.models.mobilenet import flat_mobilenet_v2
 
     model = flat_mobilenet_v2(10, image_size=image_size, weights=None)
@@ -227,7 +244,6 @@ def render_fig1(
         verdict.markdown(),
     ]
     files = [png, *save_table(table, "\n".join(md), "jeon/fig1", root=root)]
-    common = {"notebook": notebook, "parameters": parameters, "data_source": data_source}
     return _item("jeon/fig1", files, verdict, False, "none (tensor shapes and byte counts)", **common)
 
 
@@ -272,10 +288,7 @@ def render_fig7(
     *,
     full_set: bool,
     paper_total: int = 16023,
-    root: Path | None,
-    notebook: str,
-    parameters: dict[str, Any],
-    data_source: dict[str, Any],
+    **record: Unpack[Record],
 ) -> ReportItem:
     """jeon/fig7: images per class before augmentation, as loaded; the total against the paper's and the imbalance.
 
@@ -287,14 +300,15 @@ def render_fig7(
         Whether the full Kaggle set was loaded; a sample is drawn and labelled as a stand-in and is not judged.
     paper_total
         The paper's image count (l.139).
-    root, notebook, parameters, data_source
-        Reports folder and what the manifest records of the run.
+    **record
+        ``Record``: the reports folder and what the manifest records of the run.
 
     Returns
     -------
     ReportItem
         png bar chart, csv and md table; claim C5 and the total.
     """
+    root, common = _record("render_fig7", record)
     _need(counts_raw, ("class", "class_name", "count"), "counts_raw")
     counts = counts_raw.assign(share=counts_raw["count"] / counts_raw["count"].sum())
     total = int(counts["count"].sum())
@@ -352,7 +366,6 @@ def render_fig7(
         verdict.markdown(),
     ]
     files = [png, *save_table(counts, "\n".join(md), "jeon/fig7", root=root)]
-    common = {"notebook": notebook, "parameters": parameters, "data_source": data_source}
     return _item("jeon/fig7", files, verdict, True, "none (counts)", **common)
 
 
@@ -374,10 +387,7 @@ def render_fig8(
     target: int,
     settings: dict[str, Any],
     paper_target: int = 10000,
-    root: Path | None,
-    notebook: str,
-    parameters: dict[str, Any],
-    data_source: dict[str, Any],
+    **record: Unpack[Record],
 ) -> ReportItem:
     """jeon/fig8: images per class before and after augmentation on the device workers.
 
@@ -392,15 +402,16 @@ def render_fig8(
         The augmentation layers' settings (``edgelab.papers.jeon.augment.AUGMENTATION``), recorded in the md.
     paper_target
         The paper's images per class (l.146).
-    root, notebook, parameters, data_source
-        Reports folder and what the manifest records of the run.
+    **record
+        ``Record``: the reports folder and what the manifest records of the run.
 
     Returns
     -------
     ReportItem
         png (before | after), csv and md; claim C6 and the target against the paper's.
     """
-    _positive_int(target, "target")
+    root, common = _record("render_fig8", record)
+    integer("target", target, at_least=1)
     frame = _per_class(per_class)
     counts = frame["augmented"]
     at_paper = target == paper_target
@@ -471,7 +482,6 @@ def render_fig8(
         verdict.markdown(),
     ]
     files = [png, *save_table(frame, "\n".join(md), "jeon/fig8", root=root)]
-    common = {"notebook": notebook, "parameters": parameters, "data_source": data_source}
     clock = "none (counts); wall time and images/s: host wall clock on the emulated device workers"
     return _item("jeon/fig8", files, verdict, True, clock, **common)
 
@@ -484,10 +494,7 @@ def render_eq_augmentation(
     full_set: bool,
     paper_target: int = 10000,
     paper_raw: int = 16023,
-    root: Path | None,
-    notebook: str,
-    parameters: dict[str, Any],
-    data_source: dict[str, Any],
+    **record: Unpack[Record],
 ) -> ReportItem:
     """jeon/eq-augmentation: classes x target = total, total / raw = overall factor, beside the paper's arithmetic.
 
@@ -503,16 +510,17 @@ def render_eq_augmentation(
         Whether the full Kaggle set was loaded; the paper's numbers are compared only then, at its target.
     paper_target, paper_raw
         The paper's 10,000 per class (stated, l.146) and 16,023 raw images (stated, l.139).
-    root, notebook, parameters, data_source
-        Reports folder and what the manifest records of the run.
+    **record
+        ``Record``: the reports folder and what the manifest records of the run.
 
     Returns
     -------
     ReportItem
         csv and md of the arithmetic and the per-class factors.
     """
-    _positive_int(target, "target")
-    _positive_int(n_raw_total, "n_raw_total")
+    root, common = _record("render_eq_augmentation", record)
+    integer("target", target, at_least=1)
+    integer("n_raw_total", n_raw_total, at_least=1)
     frame = _per_class(per_class)
     n, total, raw_sum, made = len(frame), *(int(frame[c].sum()) for c in ("augmented", "raw", "made"))
     factor, paper_total = total / n_raw_total, PAPER_CLASSES * paper_target
@@ -576,7 +584,6 @@ def render_eq_augmentation(
     ]
     table = pd.concat([sums.assign(table="arithmetic"), frame.assign(table="per class")], ignore_index=True)
     files = save_table(table, "\n".join(md), "jeon/eq-augmentation", root=root)
-    common = {"notebook": notebook, "parameters": parameters, "data_source": data_source}
     return _item("jeon/eq-augmentation", files, verdict, True, "none (arithmetic on counts)", **common)
 
 
@@ -625,10 +632,7 @@ def render_fig9(
     full_data: bool,
     reference: pd.DataFrame | None = None,
     choices: list[str] | None = None,
-    root: Path | None,
-    notebook: str,
-    parameters: dict[str, Any],
-    data_source: dict[str, Any],
+    **record: Unpack[Record],
 ) -> ReportItem:
     """jeon/fig9: accuracy and loss of both training phases, F1 and the confusion matrix on the validation split.
 
@@ -650,14 +654,15 @@ def render_fig9(
         Rows of ``jeon/prose-train`` (id,row,column,value,unit); read with ``load_reference`` when None.
     choices
         The training settings the paper leaves open, as the run chose them (listed on the verdict).
-    root, notebook, parameters, data_source
-        Reports folder and what the manifest records of the run.
+    **record
+        ``Record``: the reports folder and what the manifest records of the run.
 
     Returns
     -------
     ReportItem
         png ((a) accuracy, (b) loss, (c) confusion matrix), csv and md; claims C7-C10.
     """
+    root, common = _record("render_fig9", record)
     from sklearn.metrics import confusion_matrix, f1_score
 
     _need(history, _HISTORY, "history")
@@ -779,5 +784,4 @@ def render_fig9(
         verdict.markdown(),
     ]
     files = [png, *save_table(table, "\n".join(md), "jeon/fig9", root=root)]
-    common = {"notebook": notebook, "parameters": parameters, "data_source": data_source}
     return _item("jeon/fig9", files, verdict, True, "none (training history)", **common)

@@ -135,6 +135,14 @@ class Plan(harness.Plan):
     # Trained models built from the store, by name: each stream run used to rebuild them (1.5 s apiece).
     built: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def describe(self) -> str:
+        """The runs, the weights and the data."""
+        return f"{len(self.runs)} runs; weights: {self.weights_source}\ndata: {self.dataset.provenance()}"
+
+    def label(self, run: tuple[Any, ...]) -> str:
+        """The run's kind and its parts, e.g. ``stream pipeline 0``."""
+        return " ".join(map(str, run))
+
     def devices_needed(self, runs: list[tuple[Any, ...]]) -> int:
         """One device per stage and per ensemble member."""
         return max(self.params.n_stages, len(ENSEMBLE_PAIRS))
@@ -365,8 +373,7 @@ def prepare(**kwargs: Any) -> Plan:
     plan = Plan(params, dataset, profile, cut, weights, source, _runs(params))
     _check_memory(plan, layer_costs(model))
     largest = int(np.bincount(dataset.y_train).max())
-    if params.augment_per_class < largest:
-        raise ConfigError("augment_per_class", params.augment_per_class, f"an integer >= the largest class ({largest})")
+    checks.integer("augment_per_class", params.augment_per_class, at_least=largest)  # the largest class's images
     return plan
 
 
@@ -392,7 +399,24 @@ def _check_memory(plan: Plan, costs: list[Any]) -> None:
             )
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = JeonParams
+
 # The shared harness does the rest: what is pending, a cluster only for that, each run stored as it finishes.
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: the cut, each stage's analytic memory need, the split's class counts.
+
+    Each stage's layers, MACs, parameters and the activation bytes it passes on.
+    """
+    return "\n".join(
+        [
+            plan.cut.to_frame().to_string(index=False),
+            f"speed-up bound from MAC shares: {plan.cut.speedup_bound:.2f}x; memory need (MB): {plan.memory_mb}",
+            f"train per class: {np.bincount(plan.dataset.y_train).tolist()}",
+            f"validation per class: {np.bincount(plan.dataset.y_test).tolist()}",
+        ]
+    )

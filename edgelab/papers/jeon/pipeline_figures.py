@@ -20,9 +20,8 @@ from edgelab.models.mobilenet import layer_count_check
 from edgelab.papers.jeon import cluster_figures as jeon_cluster
 from edgelab.papers.jeon import data_figures as jeon_data
 from edgelab.papers.jeon.pipeline import ENSEMBLE_PAIRS, Plan
-from edgelab.papers.jeon.summary import JeonSummary
+from edgelab.papers.jeon.summary import JEON_IDS, JeonSummary
 from edgelab.pipeline.partition import JEON_STAGE_SIZES
-from edgelab.report import catalog
 from edgelab.report import verdict as policy
 from edgelab.report.manifest import ReportItem
 from edgelab.report.reference import load_reference
@@ -30,7 +29,6 @@ from edgelab.report.style import markdown_table, save_figure, save_table
 from edgelab.report.verdict import Basis, Check, Noise, decide, noise_of
 
 #: Every id of the jeon catalog.
-JEON_IDS = [i for i in catalog.IDS if i.startswith("jeon/")]
 CLOCK = (
     "emulated Pi 4B device time (CPU time x speed factor, host contention divided out, + bytes / 1 Gbit/s), "
     "nothing fitted"
@@ -529,6 +527,15 @@ def render_eq_pipeline_bound(summary: JeonSummary, plan: Plan, **common: Any) ->
     ]
     files = save_table(table, "\n".join(md), "jeon/eq-pipeline-bound", root=common["root"])
     return _item("jeon/eq-pipeline-bound", files, verdict, True, common)
+
+
+def render_report(
+    root: Path, plan: Plan, summary: JeonSummary, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render_all``, the data and weights recorded."""
+    data_source = plan.dataset.provenance() | {"weights": plan.weights_source}
+    common = {"root": root, "notebook": notebook, "parameters": parameters, "data_source": data_source}
+    return render_all(summary, plan, summary.view, **common)
 
 
 def render_all(summary: JeonSummary, plan: Plan, view: Any, **common: Any) -> list[ReportItem]:

@@ -16,11 +16,16 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import f1_score
 
+from edgelab.common.paths import reports_dir as default_reports_dir
 from edgelab.common.results import StoredRun
 from edgelab.emulation.profiles import DeviceProfile
 from edgelab.emulation.stream_clock import EmulatedStream, compose
 from edgelab.papers.harness import by_run
 from edgelab.papers.jeon.pipeline import ENSEMBLE_PAIRS, MODES, Plan
+from edgelab.report import catalog
+
+#: Every id of the document: the notebook renders them all.
+JEON_IDS = [i for i in catalog.IDS if i.startswith("jeon/")]
 
 
 @dataclass
@@ -241,18 +246,39 @@ def _view(stored: StoredRun | None) -> Any:
     return ClusterView(**frames, data_dir=stored.summary["data_dir"], collected=stored.summary["collected"])
 
 
-def self_check(summary: JeonSummary, manifest: dict[str, Any], root: Any, ids: list[str]) -> str:
+def measurements(summary: JeonSummary) -> list[Any]:
+    """What the notebook shows of the runs, all of it varying from run to run.
+
+    The clock's speed factor and the host contention divided out; processing time (emulated, median of the
+    repeats), accuracy and F1 per mode; the pipeline's stages on the emulated clock; per-image latency; the
+    pipeline's outputs against the single device's; the fault run.
+    """
+    contention = ", ".join(f"{k} {v:.2f}" for k, v in sorted(summary.contention.items()))
+    return [
+        f"speed factor {summary.speed_factor:.2f}; contention divided out: {contention}",
+        summary.table1.round(3),
+        summary.stages.round(4),
+        summary.latency.round(4),
+        f"pipeline vs single outputs: {summary.agreement}",
+        f"fault run: { {k: v for k, v in summary.fault.items() if k != 'recoveries'} }",
+    ]
+
+
+def self_check(summary: JeonSummary, reports_dir: str | None = None) -> str:
     """What every run of the notebook must show, whatever its timings (printed in a cell nbval checks).
 
-    Every id rendered with a verdict (its checks, or why there are none), its
-    files written and its data source; the paper's values beside the items
-    that have some; the pipeline's outputs equal to the unsplit model's; and,
-    when a fault run was asked for, a stage's device lost mid-stream and
-    recovered with the undisturbed run's outputs.
+    Read from the manifest in ``reports_dir`` (default: ``edgelab.common.paths.reports_dir``): every id
+    rendered with a verdict (its checks, or why there are none), its files written and its data source; the
+    paper's values beside the items that have some; the pipeline's outputs equal to the unsplit model's; and,
+    when a fault run was asked for, a stage's device lost mid-stream and recovered with the undisturbed run's
+    outputs.
     """
+    import json
     from pathlib import Path
 
-    entries = {i: manifest[i] for i in ids if i in manifest}
+    root = Path(reports_dir) if reports_dir else default_reports_dir()
+    manifest = json.loads((root / "manifest.json").read_text())["items"]
+    entries = {i: manifest[i] for i in JEON_IDS if i in manifest}
     complete = [
         i
         for i, e in entries.items()
@@ -260,7 +286,7 @@ def self_check(summary: JeonSummary, manifest: dict[str, Any], root: Any, ids: l
         and (e["status"] == "reproduced" or e["why"])
         and (e["verdict"].get("checks") or (e["status"] == "not judged" and e["verdict"].get("reason")))
         and e["files"]
-        and all((Path(root) / f).is_file() for f in e["files"])
+        and all((root / f).is_file() for f in e["files"])
         and e["data_source"].get("source") in ("data_dir", "data_dir_tree", "kaggle_download")
     ]
     shown = all(
@@ -268,18 +294,19 @@ def self_check(summary: JeonSummary, manifest: dict[str, Any], root: Any, ids: l
     )
     checks = {c["name"]: c["outcome"] for c in entries.get("jeon/fig3", {}).get("verdict", {}).get("checks", [])}
     lines = [
-        f"ids rendered with a verdict, their files and data source: {len(complete)} of {len(ids)}",
+        f"ids rendered with a verdict, their files and data source: {len(complete)} of {len(JEON_IDS)}",
         f"paper values beside table1, fig4, fig5, fig6: {shown}",
         f"pipeline outputs equal the unsplit model's: {checks.get('outputs equal the unsplit model', 'missing')}",
     ]
-    fault = summary.fault
-    if fault:
-        lost = any(r.get("phase") == "stream" and r.get("resumed") for r in fault["recoveries"])
-        resumed = lost and bool(fault["kills"])
-        lines.append(
-            f"fault run: a stage's device killed, lost mid-stream and the stream resumed: {resumed}; "
-            f"outputs equal the undisturbed run's: {fault['outputs_equal_undisturbed']}"
-        )
-    else:
-        lines.append("fault run: not asked for")
-    return "\n".join(lines)
+    return "\n".join([*lines, _fault_line(summary.fault)])
+
+
+def _fault_line(fault: dict[str, Any]) -> str:
+    if not fault:
+        return "fault run: not asked for"
+    lost = any(r.get("phase") == "stream" and r.get("resumed") for r in fault["recoveries"])
+    resumed = lost and bool(fault["kills"])
+    return (
+        f"fault run: a stage's device killed, lost mid-stream and the stream resumed: {resumed}; "
+        f"outputs equal the undisturbed run's: {fault['outputs_equal_undisturbed']}"
+    )

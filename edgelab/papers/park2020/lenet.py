@@ -3,10 +3,12 @@
 Paper: Park, Lee, Kim, "Hardware Resource Analysis in Distributed Training with
 Edge Devices", Electronics 9(1):28, 2020 (doi 10.3390/electronics9010028).
 
-The notebook ``notebooks/park2020_lenet.ipynb`` calls, in order:
-``prepare`` (load data, validate every run before any cluster work),
-``run`` (train what the results store does not hold yet), ``summarize``
-(elapsed time and hardware use of every run on its clocks) and
+The notebook ``notebooks/park2020_lenet.ipynb`` calls, through
+``edgelab.papers.notebook``: ``prepare`` (load data, validate every run before
+any cluster work; ``plan_facts`` what follows from it), the harness's run
+(train what the results store does not hold yet), ``summarize`` (elapsed time
+and hardware use of every run on its clocks; ``run_facts`` and
+``measurements`` what it shows) and
 ``edgelab.papers.park2020.lenet_figures.render_lenet`` (items and verdicts).
 
 The cells at the smallest and the largest device count run ``repeats`` times,
@@ -39,6 +41,7 @@ import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_names
 from edgelab.cluster.faults import KillSchedule
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -129,16 +132,11 @@ class LenetParams:
         for model in self.models:  # each row sits beside its paper table (TABLE_OF_MODEL): no other model has one
             if not isinstance(model, str) or model not in TABLE_OF_MODEL:
                 raise ConfigError("models", model, "mlp or cnn, the models of Tables 1 and 2")
-        if not self.device_counts or any(not isinstance(n, int) or n < 1 for n in self.device_counts):
+        if not self.device_counts or not all(checks.is_integer(n) and n >= 1 for n in self.device_counts):
             raise ConfigError("device_counts", self.device_counts, "a non-empty list of integers >= 1")
-        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
-            raise ConfigError("repeats", self.repeats, "an integer >= 1 (runs of the end cells, to measure noise)")
-        if self.repeat_steps is not None and (
-            not isinstance(self.repeat_steps, int) or isinstance(self.repeat_steps, bool) or self.repeat_steps < 1
-        ):
-            raise ConfigError("repeat_steps", self.repeat_steps, "None or an integer >= 1 (batches per device)")
-        if not self.monitor_interval_s > 0:
-            raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
+        checks.integer("repeats", self.repeats, at_least=1)  # runs of the end cells, to measure noise
+        checks.integer("repeat_steps", self.repeat_steps, at_least=1, none="a whole epoch, its own seed")
+        checks.number("monitor_interval_s", self.monitor_interval_s, above=0, unit="seconds")
         self.topology  # noqa: B018 - validates ps_link, duplex and master_is_device now
 
     @property
@@ -204,6 +202,15 @@ class Plan(harness.Plan):
     def configs(self) -> list[TrainConfig]:
         """The distinct training configurations (repeats left out)."""
         return [cfg for cfg, repeat in self.runs if repeat == 0]
+
+    def describe(self) -> str:
+        """The runs, where the parameter server sits, and the data."""
+        return f"{len(self.runs)} runs; {self.params.topology.describe()}\ndata: {self.dataset.provenance()}"
+
+    def label(self, run: tuple[TrainConfig, int]) -> str:
+        """Model, devices, what each iterates, and the repeat."""
+        cfg, repeat = run
+        return f"{cfg.model} N={cfg.n_devices} {cfg.worker_data} repeat {repeat}"
 
     def kills_for(self, cfg: TrainConfig) -> list[dict[str, Any]]:
         """The kills that apply to a run: those naming one of its devices."""
@@ -316,9 +323,11 @@ def _check_kills(plan: Plan) -> None:
             raise ConfigError("kills.device", kill.get("device"), f"a device of the runs: {', '.join(largest)}")
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = LenetParams
+
 # The shared harness does the rest: what is pending, a cluster only for that, each run stored as it finishes.
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
 
 
@@ -462,3 +471,49 @@ def noise_table(summary: LenetSummary) -> pd.DataFrame:
     out = out[out["count"] > 1]
     out["spread"] = (out["max"] - out["min"]) / out["median"]
     return out.assign(spread=lambda t: t["spread"].map(lambda v: f"{v:.1%}")).round(1).replace({np.nan: None})
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``deterministic_facts`` and the analytic memory need of each run."""
+    facts = deterministic_facts(plan)
+    facts["memory_need_mb"] = list(plan.memory_mb.values())
+    return facts.to_string(index=False)
+
+
+def run_facts(summary: LenetSummary) -> str:
+    """What nbval checks of the runs: the global model's validation accuracy (seeded), median over repeats."""
+    accuracy = summary.runs.pivot_table(
+        index=["model", "worker_data"], columns="devices", values="accuracy", aggfunc="median"
+    )
+    return accuracy.round(3).to_string()
+
+
+def clock_lines(summary: LenetSummary) -> str:
+    """How each model's clock was set: measured wall time, or the speed factors and the cell they were fitted on."""
+    lines = [f"clocks: {', '.join(summary.clocks)}"]
+    for model, cal in summary.calibration.items():
+        if cal["clock"] == "wall":
+            lines.append(f"  {model}: measured wall time on the attached cluster; nothing fitted")
+        else:
+            lines.append(
+                f"  {model}: nominal speed factor {cal['nominal_speed_factor']:.1f} "
+                f"(host {cal['host']['host_gflops']} GFLOPS measured / device {cal['host']['device_gflops']} GFLOPS "
+                f"assumed), calibrated {cal['calibrated_speed_factor']} on {cal['cell']}"
+            )
+    return "\n".join(lines)
+
+
+#: The columns of each run the notebook shows: time on each clock, hardware use, the host's own time.
+MEASURED_COLUMNS = [
+    "clock", "model", "devices", "worker_data", "repeat", "projected_s", "compute_share", "cpu_pct",
+    "rss_mb_host", "sent_kb_s", "round0_cpu_ratio", "host_train_wall_s",
+]  # fmt: skip
+
+
+def measurements(summary: LenetSummary) -> list[Any]:
+    """What the notebook shows of the runs that varies from run to run: clocks, recoveries, times, noise."""
+    shown: list[Any] = [clock_lines(summary)]
+    if not summary.recoveries.empty:
+        recoveries = summary.recoveries.round(1).to_string(index=False)
+        shown.append(f"recoveries (device lost, brought back, interrupted step run again):\n{recoveries}")
+    return [*shown, summary.runs[MEASURED_COLUMNS].round(2), noise_table(summary)]

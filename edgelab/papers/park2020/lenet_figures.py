@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 
+from edgelab.common import checks
 from edgelab.papers.park2020.hardware_figures import hardware_figures, judge_fig4, lenet_choices, lenet_reduction
-from edgelab.papers.park2020.lenet import PAPER_TRAIN_SIZE, TABLE_OF_MODEL, LenetSummary
+from edgelab.papers.park2020.lenet import PAPER_TRAIN_SIZE, TABLE_OF_MODEL, LenetSummary, Plan
 from edgelab.papers.park2020.runs import (
     CLOCK_LABEL,
     DEVICE_MODEL_EXACT,
@@ -44,9 +45,17 @@ from edgelab.report.manifest import ReportItem
 from edgelab.report.style import PAPER_STYLE, apply_style, markdown_table, save_figure, save_table
 from edgelab.report.verdict import Basis, Check, Noise, Verdict, noise_of
 
-__all__ = ["hardware_figures", "judge_fig4", "judge_time_table", "render_lenet"]
+__all__ = ["hardware_figures", "judge_fig4", "judge_time_table", "render_lenet", "render_report"]
+
 
 SETTING_LABEL = {"full": "each device iterates the full dataset", "shard": "each device iterates its 1/N shard"}
+
+
+def render_report(
+    root: Path, plan: Plan, summary: LenetSummary, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render_lenet``."""
+    return render_lenet(summary, root=root, notebook=notebook, parameters=parameters)
 
 
 def render_lenet(
@@ -129,6 +138,17 @@ def _clock_line(summary: LenetSummary, model: str, n_train: int) -> str:
 # --------------------------------------------------------------- tables ----
 
 
+class TableLabels(TypedDict, total=False):
+    """How a time/accuracy table names its settings and choices: keywords of ``judge_time_table``.
+
+    ``settings``: the judged setting's name and the other's (default ``("full", "shard")``); ``choices``: the
+    modelling choices the paper leaves open, listed on the verdict.
+    """
+
+    settings: tuple[str, str]
+    choices: list[str]
+
+
 def judge_time_table(
     paper_time: pd.Series,
     time: pd.Series,
@@ -139,8 +159,7 @@ def judge_time_table(
     n_train: int,
     basis: Basis = Basis.MODELLED,
     other: pd.Series | None = None,
-    settings: tuple[str, str] = ("full", "shard"),
-    choices: list[str] | None = None,
+    **labels: Unpack[TableLabels],
 ) -> Verdict:
     """The verdict of a time/accuracy table: level, trend and slope of the time, the accuracy, a control.
 
@@ -153,7 +172,10 @@ def judge_time_table(
     is judged at the cells with the most runs, with that many runs behind it.
     ``other`` is the other setting's time: on a measured clock its repeats
     count in the noise, and at N=1 (the same computation) it is the control.
+    ``labels``: ``TableLabels``.
     """
+    checks.keywords("judge_time_table", labels, TableLabels)
+    settings, choices = labels.get("settings", ("full", "shard")), labels.get("choices", [])
     measured = basis.measured
     noises = {settings[0]: noise_of(time)}
     if other is not None:
@@ -162,7 +184,7 @@ def judge_time_table(
     acc_noise = noise_of(acc)
     cells, acc_cells = cell_medians(time), cell_medians(acc)
     predicted = [n for n in cells.index if n not in fitted and n in paper_time.index]
-    checks = [
+    found = [
         policy.level(paper_time, cells, predicted, time_noise, basis=basis, unit=" s"),
         policy.trend(cells, +1, time_noise, claim="time", basis=basis),
         policy.slope(paper_time, cells, time_noise, basis=basis, unit=" s"),
@@ -170,13 +192,13 @@ def judge_time_table(
     ]
     if measured and other is not None and 1 in time.index and 1 in other.index:
         what = f"N=1 {settings[0]} and {settings[1]} (the same computation)"
-        checks.append(policy.control(time[time.index == 1], other[other.index == 1], what=what))
+        found.append(policy.control(time[time.index == 1], other[other.index == 1], what=what))
     # The item's noise: the measured values' spread (the accuracy's; the time's too on a measured clock).
     noise = Noise.combine({**(noises if measured else {}), f"accuracy {settings[0]}": acc_noise})
     if not measured:
         noise = Noise.none(f"time: {DEVICE_MODEL_EXACT}; accuracy: {noise.describe()}")
     return policy.decide(
-        checks,
+        found,
         fitted=[f"N={n} time (the calibration cell)" for n in fitted],
         predicted=[f"N={n} time" for n in predicted] + [f"N={n} accuracy" for n in acc_cells.index],
         noise=noise,

@@ -118,22 +118,18 @@ class ResnetParams:
         if self.dataset != "cifar10":
             raise ConfigError("dataset", self.dataset, "cifar10")
         for depth in self.depths:
-            if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+            if not checks.is_integer(depth) or depth < 8 or (depth - 2) % 6:
                 raise ConfigError("depths", depth, "ResNet depths 6n+2 >= 8 (the paper's: 32, 80, 110)")
         if not self.depths:
             raise ConfigError("depths", self.depths, "a non-empty list of depths 6n+2")
         for name in ("batch_sizes", "device_counts"):
             values = getattr(self, name)
-            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            if not values or not all(checks.is_integer(v) and v >= 1 for v in values):
                 raise ConfigError(name, values, "a non-empty list of integers >= 1")
-        for name in ("table4_devices", "table4_epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(name, value, "an integer >= 0 (0 leaves Table 4 out)")
-        if not self.monitor_interval_s > 0:
-            raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
-        if isinstance(self.memory_repeats, bool) or not isinstance(self.memory_repeats, int) or self.memory_repeats < 1:
-            raise ConfigError("memory_repeats", self.memory_repeats, "an integer >= 1 (probes of each memory need)")
+        for name in ("table4_devices", "table4_epochs"):  # 0 leaves Table 4 out
+            checks.integer(name, getattr(self, name), at_least=0)
+        checks.number("monitor_interval_s", self.monitor_interval_s, above=0, unit="seconds")
+        checks.integer("memory_repeats", self.memory_repeats, at_least=1)  # probes of each memory need
         # The training settings, checked before any data loads (TrainConfig checks them only once it is built).
         checks.number("learning_rate", self.learning_rate, above=0)
         checks.number("momentum", self.momentum, at_least=0, below=1)
@@ -172,6 +168,13 @@ class Plan(harness.Plan):
     runs: list[ResnetRun]
     device_model: DeviceModel
     memory_mb: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The runs, where the parameter server sits, the device model and the data."""
+        return (
+            f"{len(self.runs)} runs; {self.params.topology.describe()}\n"
+            f"device model: {self.device_model.describe()}\ndata: {self.dataset.provenance()}"
+        )
 
     def config(self, run: ResnetRun) -> TrainConfig:
         """The training configuration of a run."""
@@ -317,8 +320,10 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar10", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = ResnetParams
+
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
 
 
@@ -338,6 +343,7 @@ class ResnetSummary:
     topology: Topology
     profile: DeviceProfile
     max_steps: int | None
+    stored: list[StoredRun] = field(default_factory=list)  # the runs read (the live diagrams draw one)
 
 
 def paper_rounds(run: ResnetRun, n_train: int = PAPER_TRAIN_SIZE) -> int:
@@ -386,6 +392,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> ResnetSummary:
         topology=plan.params.topology,
         profile=plan.profile,
         max_steps=plan.params.max_steps,
+        stored=list(stored),
     )
 
 
@@ -509,3 +516,40 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``deterministic_facts``."""
+    return deterministic_facts(plan).to_string(index=False)
+
+
+#: The columns of each run the notebook shows: time per epoch on each clock, CPU and network.
+TIME_COLUMNS = [
+    "clock",
+    "config",
+    "devices",
+    "epochs",
+    "outcome",
+    "rounds_measured",
+    "projected_s",
+    "compute_share",
+    "cpu_pct",
+    "sent_kb_s",
+    "received_kb_s",
+]
+
+
+def measurements(summary: ResnetSummary) -> list[Any]:
+    """What the notebook shows of the runs, none of it checked: outcome and accuracy, memory, time per epoch.
+
+    After two steps of ResNet the accuracy is noise near chance whose digits, and whether ResNet-110 x 32
+    fits the budget (within 1 MB of it), follow the host CPU's oneDNN kernels.
+    """
+    cells = summary.runs[summary.runs["clock"] == "device_model"]
+    outcome = cells[["config", "devices", "epochs", "outcome", "accuracy"]].round(3).to_string(index=False)
+    return [
+        f"per-table speed factor (labelled alternative): {summary.per_table_factor}",
+        outcome,
+        summary.memory,
+        summary.runs[[c for c in TIME_COLUMNS if c in summary.runs]].round(2),
+    ]

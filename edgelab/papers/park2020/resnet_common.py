@@ -15,13 +15,14 @@ cell here).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 
+from edgelab.common import checks
 from edgelab.emulation.timeline import Topology
 from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
 from edgelab.papers.park2020.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
@@ -244,21 +245,31 @@ def context_lines(summary: ResnetSummary, rows: pd.DataFrame, *, accuracy: bool 
     return lines
 
 
+class CellLabels(TypedDict, total=False):
+    """How ``level`` labels its cells (``at``: ``"N="`` by default; a config, an epoch) and values (``unit``)."""
+
+    at: str
+    unit: str
+
+
 def level(
     paper: pd.Series,
     measured: pd.Series,
     cells: list[Any],
     *,
     what: str,
-    at: str = "N=",
-    unit: str = "",
     each: bool = False,
     basis: Basis = Basis.MODELLED,
     noise: Noise = NO_NOISE,
+    **labels: Unpack[CellLabels],
 ) -> Check:
-    """``policy.level`` with the claim named and the cell labelled (a config, an epoch, a device count)."""
-    check = policy.level(paper, measured, list(cells), noise, basis=basis, unit=unit, each=each)
-    return named(check, what, at=at)
+    """``policy.level`` with the claim named and the cell labelled (a config, an epoch, a device count).
+
+    ``labels``: ``CellLabels``.
+    """
+    checks.keywords("level", labels, CellLabels)
+    check = policy.level(paper, measured, list(cells), noise, basis=basis, unit=labels.get("unit", ""), each=each)
+    return named(check, what, at=labels.get("at", "N="))
 
 
 def named(check: Check, what: str, *, at: str = "N=") -> Check:
@@ -298,13 +309,20 @@ def memory_noise(rows: pd.DataFrame, configs: list[str], offset_mb: float = 0.0)
     return Noise(cells, axis="config")
 
 
+@dataclass(frozen=True)
+class Page:
+    """What an item shows: its id and title, its figure, its table and the lines of text above the table."""
+
+    item_id: str
+    title: str
+    fig: Any
+    table: pd.DataFrame
+    body: list[str]
+
+
 def finish(
     summary: ResnetSummary,
-    item_id: str,
-    title: str,
-    fig: Any,
-    table: pd.DataFrame,
-    body: list[str],
+    page: Page,
     verdict: Verdict,
     *,
     clock: str,
@@ -314,12 +332,13 @@ def finish(
 ) -> ReportItem:
     """Write an item's CSV, Markdown and PNG and return its manifest entry."""
     shown = pd.concat([select(summary), select(summary, multi_epoch=True)])
+    table, item_id = page.table, page.item_id
     if "devices" in table:  # integers, blank where the paper states no device count
         table = table.assign(devices=pd.to_numeric(table["devices"]).astype("Int64"))
     md_table = table[[c for c in _MD_COLUMNS if c in table]].round(3)
-    lines = [f"# {item_id}: {title}", "", *context_lines(summary, shown, accuracy=accuracy), "", verdict.markdown()]
-    md = "\n".join([*lines, *body, "", markdown_table(md_table)])
-    files = [save_figure(fig, item_id, root=root), *save_table(table, md, item_id, root=root)]
+    lines = [f"# {item_id}: {page.title}", "", *context_lines(summary, shown, accuracy=accuracy), ""]
+    md = "\n".join([*lines, verdict.markdown(), *page.body, "", markdown_table(md_table)])
+    files = [save_figure(page.fig, item_id, root=root), *save_table(table, md, item_id, root=root)]
     rest = {"reduction": resnet_reduction(summary)} | common
     return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=clock, **rest)
 

@@ -21,13 +21,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, ResnetRun, ResnetSummary, paper_rounds
+from edgelab.papers.park2020.diagrams import render_diagrams
+from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, Plan, ResnetRun, ResnetSummary, paper_rounds
 from edgelab.papers.park2020.resnet_common import (
     ALTERNATIVE,
     NO_NOISE,
     PAPER_DEPTHS,
     PAPER_TABLE4,
     PRIMARY,
+    Page,
     bars,
     cell_rows,
     choices,
@@ -51,7 +53,17 @@ from edgelab.report.reference import load_reference
 from edgelab.report.style import PAPER_STYLE, apply_style
 from edgelab.report.verdict import Basis, Check, Noise, Verdict, noise_of
 
-__all__ = ["hardware_figures", "judge_fig5a", "render_resnet", "table3"]
+__all__ = ["hardware_figures", "judge_fig5a", "render_report", "render_resnet", "table3"]
+
+
+def render_report(
+    root: Path, plan: Plan, summary: ResnetSummary, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render_resnet``, then Figures 1 and 2 drawn live."""
+    items = render_resnet(summary, root=root, notebook=notebook, parameters=parameters)
+    return items + render_diagrams(
+        summary.stored, root=root, notebook=notebook, parameters=parameters, topology=plan.params.topology
+    )
 
 
 def render_resnet(
@@ -190,11 +202,7 @@ def _fig5a(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
     title = "one-epoch time by configuration and device count"
     return finish(
         summary,
-        "park2020/fig5a",
-        title,
-        fig,
-        table,
-        notes,
+        Page("park2020/fig5a", title, fig, table, notes),
         verdict,
         clock=time_clock(summary),
         root=root,
@@ -306,11 +314,7 @@ def _fig5b(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
     fig.suptitle(f"park2020/fig5b — ResNet accuracy after one (measured part of an) epoch ({verdict.status})")
     return finish(
         summary,
-        "park2020/fig5b",
-        "accuracy by configuration and device count",
-        fig,
-        table,
-        body,
+        Page("park2020/fig5b", "accuracy by configuration and device count", fig, table, body),
         verdict,
         clock=time_clock(summary),
         root=root,
@@ -427,11 +431,7 @@ def _table4(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) -
     ax.set_title(f"park2020/table4 — accuracy against time ({verdict.status})", fontsize=11)
     return finish(
         summary,
-        "park2020/table4",
-        "time and accuracy per epoch, ResNet 32x32",
-        fig,
-        table,
-        body,
+        Page("park2020/table4", "time and accuracy per epoch, ResNet 32x32", fig, table, body),
         verdict,
         clock=time_clock(summary),
         root=root,

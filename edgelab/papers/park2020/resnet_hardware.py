@@ -22,6 +22,7 @@ from edgelab.papers.park2020.resnet_common import (
     NO_NOISE,
     PRIMARY,
     UNITS,
+    Page,
     cell_rows,
     choices,
     finish,
@@ -355,11 +356,8 @@ def hardware_figures(summary: ResnetSummary, root: Path | None, common: dict[str
         fig = _figure(item_id, summary, dm, oom, verdict)
         title = "ResNet 32x32" if fig6 else "ResNet 110x64 over 32x32"
         table = pd.DataFrame(rows)
-        items.append(
-            finish(
-                summary, item_id, f"{title}, {metric}", fig, table, body, verdict, clock=clock, root=root, common=common
-            )
-        )
+        page = Page(item_id, f"{title}, {metric}", fig, table, body)
+        items.append(finish(summary, page, verdict, clock=clock, root=root, common=common))
     return items
 
 
@@ -493,11 +491,7 @@ def table3(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
     fig.suptitle(f"park2020/table3 — hardware by configuration ({verdict.status})")
     return finish(
         summary,
-        "park2020/table3",
-        "hardware resources by layers and batch size",
-        fig,
-        table,
-        body,
+        Page("park2020/table3", "hardware resources by layers and batch size", fig, table, body),
         verdict,
         clock=time_clock(summary),
         root=root,

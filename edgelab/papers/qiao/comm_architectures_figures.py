@@ -160,6 +160,13 @@ def _gossip_panel(ax: Any, curve: pd.DataFrame) -> None:
     ax.legend(fontsize=8)
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, plan, stored, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:

@@ -78,8 +78,7 @@ class CompressionParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ConfigError("profile", self.profile, f"one of {', '.join(PROFILES)}")
+        checks.choice("profile", self.profile, PROFILES)
         if not self.sparsities:
             raise ConfigError("sparsities", self.sparsities, "at least one fraction in [0, 1)")
         for s in self.sparsities:
@@ -95,13 +94,9 @@ class CompressionParams:
             ("epochs", 1), ("fine_tune_epochs", 0), ("batch_size", 1), ("representative_samples", 1),
             ("latency_images", 1), ("latency_repeats", 1),
         ):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
-        if not self.learning_rate > 0:
-            raise ConfigError("learning_rate", self.learning_rate, "a number > 0")
-        if self.device not in DEVICES:
-            raise ConfigError("device", self.device, f"one of {', '.join(DEVICES)}")
+            checks.integer(name, getattr(self, name), at_least=least)
+        checks.number("learning_rate", self.learning_rate, above=0)
+        checks.choice("device", self.device, DEVICES)
         checks.integer("train_samples", self.train_samples, at_least=1, none="all")
         checks.integer("test_samples", self.test_samples, at_least=1, none="all")
 
@@ -128,6 +123,10 @@ class Plan(harness.Plan):
     dataset: Dataset
     profile: DeviceProfile
     runs: list[CompressionRunKey]
+
+    def describe(self) -> str:
+        """The runs and the device."""
+        return f"{len(self.runs)} runs on one {self.profile.name} device"
 
     def run_params(self, run: CompressionRunKey) -> dict[str, Any]:
         """What a run's result depends on: its results-store key (a compression run, on the training's too)."""
@@ -296,8 +295,17 @@ def prepare(**kwargs: Any) -> Plan:
     return Plan(params, dataset, get_profile(params.device), runs)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = CompressionParams
+
 pending = harness.pending
 run = harness.run
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: the runs and the digits they use."""
+    d = plan.dataset
+    return f"{len(plan.runs)} runs; MNIST from {d.source}: {d.n_train} training, {d.n_test} test digits"
 
 
 # ------------------------------------------------------------ summaries ----
@@ -356,3 +364,30 @@ def sweep(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
                 row[key] = s[key]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+@dataclass
+class CompressionSummary:
+    """What the notebook shows and the figure draws: the headline sparsity stage by stage, and the sweep."""
+
+    stages: pd.DataFrame  # ``stages`` at the headline sparsity
+    sweep: pd.DataFrame
+    stored: list[StoredRun]
+
+
+def summarize(plan: Plan, stored: list[StoredRun]) -> CompressionSummary:
+    """The headline sparsity's stages and the sweep over every sparsity."""
+    return CompressionSummary(stages(plan, stored, plan.params.headline_sparsity), sweep(plan, stored), stored)
+
+
+def run_facts(summary: CompressionSummary) -> str:
+    """What nbval checks: each stage's bytes and accuracy, and the sweep's (seeded runs; latencies left out)."""
+    table = summary.stages
+    headline = table[["stage", "bytes", "accuracy"]].assign(smaller=table["smaller"].round(2)).to_string(index=False)
+    swept = summary.sweep.drop(columns=["int8_max_abs_diff"], errors="ignore").round(4).astype(object).T
+    return f"{headline}\n{swept.to_string()}"
+
+
+def measurements(summary: CompressionSummary) -> list[Any]:
+    """What the notebook shows of the headline sparsity: every stage, its latency on the device among them."""
+    return [summary.stages]

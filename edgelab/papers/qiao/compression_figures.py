@@ -121,6 +121,13 @@ def reduction(plan: exp.Plan) -> str:
     return "; ".join(parts)
 
 
+def render_report(
+    root: Path, plan: exp.Plan, summary: exp.CompressionSummary, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, plan, summary.stages, summary.sweep, summary.stored, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path,
     plan: exp.Plan,

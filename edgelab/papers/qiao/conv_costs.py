@@ -93,16 +93,13 @@ class ConvCostParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ConfigError("profile", self.profile, f"one of {', '.join(PROFILES)}")
+        checks.choice("profile", self.profile, PROFILES)
         for name in ("kernels", "in_channels", "out_channels", "widths", "groups", "network_batches"):
             values = getattr(self, name)
-            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            if not values or not all(checks.is_integer(v) and v >= 1 for v in values):
                 raise ConfigError(name, values, "a non-empty list of integers >= 1")
         for name in ("group_channels", "group_width", "shuffle_channels", "shuffle_groups", "batch", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
         unknown = [n for n in self.networks if n not in NETWORKS]  # none timed is allowed (smoke)
         if unknown:
             raise ConfigError("networks", unknown[0], f"names among {', '.join(NETWORKS)}")
@@ -149,6 +146,19 @@ class Plan(harness.Plan):
     params: ConvCostParams
     profile: DeviceProfile
     runs: list[CostRun]
+
+    def describe(self) -> str:
+        """The timing runs and the device."""
+        return f"{len(self.runs)} timing runs on one {self.profile.name} device"
+
+    def label(self, run: CostRun) -> str:
+        """What the run times, in a line."""
+        return run.label()
+
+    @functools.cached_property
+    def counts(self) -> Counts:
+        """Every layer, grouped conv and network of the plan, counted from built layers (``count``), once."""
+        return count(self)
 
     def run_params(self, run: CostRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -203,6 +213,9 @@ def prepare(**kwargs: Any) -> Plan:
     return Plan(params, profile, runs)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = ConvCostParams
+
 pending = harness.pending
 run = harness.run
 
@@ -222,7 +235,7 @@ def time_on_device(
         models = {kind: keras_costs.build_layer(kind, conv, seed=seed) for kind in kinds}
     records = []
     for kind, model in models.items():
-        cpu_s, wall_s, calls, repeated = _time_calls(model, batch, repeats=repeats, seed=seed)
+        cpu_s, wall_s, calls, repeated = time_calls(model, batch, repeats=repeats, seed=seed)
         records.append(
             {
                 "kind": kind,
@@ -237,7 +250,7 @@ def time_on_device(
     return records
 
 
-def _time_calls(model: Any, batch: int, *, repeats: int, seed: int) -> tuple[float, float, int, int]:
+def time_calls(model: Any, batch: int, *, repeats: int, seed: int) -> tuple[float, float, int, int]:
     """Median process CPU and wall time per call of the traced model after a warm-up; calls per repeat, repeats.
 
     A call slower than ``SLOW_CALL_S`` after the warm-up is measured once: some oneDNN convolution shapes take
@@ -521,3 +534,30 @@ def measured(plan: Plan, stored: list[StoredRun]) -> Measured:
         networks = pd.DataFrame(columns=["network", "batch", "macs", "params", "emulated_s", "twin_time_ratio"])
         return Measured(times, ratios, fit, networks, {})
     return Measured(times, time_ratios(times), fit_time(times), network_times(times), stored[0].summary["calibration"])
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: every count beside its formula (``Plan.counts``), and the connectivity.
+
+    The grid's standard and separable pairs, the grouped conv for each G, MobileNet's separable pairs, the whole
+    networks, and which input channels reach which output channel through two stacked group convs without and
+    with ShuffleNet's channel shuffle.
+    """
+    counts = plan.counts
+    lines = [
+        counts.pairs.round(6).to_string(index=False),
+        counts.groups.to_string(index=False),
+        counts.mobilenet_pairs.round(3).to_string(index=False),
+        counts.networks.to_string(index=False),
+    ]
+    for name, reach in counts.connectivity.items():
+        lines += [f"{name}:", "\n".join("".join("#" if v else "." for v in row) for row in reach)]
+    return "\n".join(lines)
+
+
+def measurements(m: Measured) -> list[Any]:
+    """What the notebook shows of the timings: the speed factor, the time ratios, the fit, the networks' times."""
+    tables = [m.ratios.round(4), m.fit, m.networks]
+    if not m.calibration:  # nothing timed
+        return tables
+    return [f"speed factor {m.calibration['speed_factor']:.2f} ({m.calibration['profile']})", *tables]

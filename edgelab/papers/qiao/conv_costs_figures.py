@@ -217,6 +217,13 @@ def reduction(plan: exp.Plan) -> str:
     return "; ".join(parts)
 
 
+def render_report(
+    root: Path, plan: exp.Plan, m: exp.Measured, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` with the plan's counts."""
+    return render(root, plan, plan.counts, m, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, counts: exp.Counts, m: exp.Measured, *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:

@@ -102,11 +102,8 @@ class EarlyExitParams:
         for name, least in (
             ("train_samples", 1), ("test_samples", 1), ("epochs", 1), ("batch", 1), ("filters", 1), ("repeats", 1),
         ):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
-        if isinstance(self.noise, bool) or not isinstance(self.noise, int | float) or not self.noise >= 0:
-            raise ConfigError("noise", self.noise, "a standard deviation >= 0")
+            checks.integer(name, getattr(self, name), at_least=least)
+        checks.number("noise", self.noise, at_least=0)  # a standard deviation
         # Under the notebook's names, before the hierarchy would name them by tier.
         for name in ("cloud_mbps", "device_mbps"):
             checks.number(name, getattr(self, name), above=0, unit="Mbit/s")
@@ -148,6 +145,10 @@ class Plan(harness.Plan):
     test_views: list[np.ndarray]
     profile: DeviceProfile
     runs: list[ExitRun]
+
+    def describe(self) -> str:
+        """The runs and the images."""
+        return f"{len(self.runs)} runs; images: {self.dataset.source}"
 
     def run_params(self, run: ExitRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key (the first repeat's is the one before repeats)."""
@@ -352,6 +353,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("mnist", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = EarlyExitParams
+
 pending = harness.pending
 run = harness.run
 
@@ -412,3 +416,18 @@ def judge_c20(table: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks: the sweep (share exiting locally, accuracies, bytes per sample, routed agreement), C20.
+
+    Seeded runs and serialized sizes; the latencies are left out.
+    """
+    table = sweep(plan, stored)
+    columns = ["aggregation", "threshold", "local_exit_pct", "accuracy", "local_accuracy", "bytes_per_sample", "agrees"]
+    return f"{table[columns].round(3).to_string(index=False)}\n{judge_c20(table).round(3).to_string(index=False)}"
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows that varies: each threshold's latency, derived and routed."""
+    return [sweep(plan, stored)[["aggregation", "threshold", "latency_ms", "routed_latency_ms"]].round(1)]

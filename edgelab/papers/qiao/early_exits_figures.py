@@ -331,6 +331,13 @@ def eta_checks(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, plan, stored, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:

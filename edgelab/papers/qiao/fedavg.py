@@ -108,14 +108,10 @@ class FedavgParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ConfigError("profile", self.profile, f"one of {', '.join(PROFILES)}")
-        if self.sweep not in SWEEPS:
-            raise ConfigError("sweep", self.sweep, f"one of {', '.join(SWEEPS)}")
+        checks.choice("profile", self.profile, PROFILES)
+        checks.choice("sweep", self.sweep, SWEEPS)
         for name in ("devices", "rounds", "local_sgd_period", "local_sgd_epochs", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
         for name in ("client_fractions", "local_epochs", "batch_sizes", "partitions"):
             if not getattr(self, name):
                 raise ConfigError(name, getattr(self, name), "a non-empty list")
@@ -125,8 +121,7 @@ class FedavgParams:
         checks.number("shared_fraction", self.shared_fraction, at_least=0, at_most=1)
         if 1.0 not in self.client_fractions:
             raise ConfigError("client_fractions", self.client_fractions, "a list holding 1.0 (the base: every device)")
-        if not self.monitor_interval_s > 0:
-            raise ConfigError("monitor_interval_s", self.monitor_interval_s, "a number of seconds > 0")
+        checks.number("monitor_interval_s", self.monitor_interval_s, above=0, unit="seconds")
         self.runs()  # every setting checked by TrainConfig now, before any data loads
 
     def fedavg(self, partition: str, fraction: float, epochs: int, batch: int, **extra: Any) -> TrainConfig:
@@ -203,6 +198,10 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[FedRun]
 
+    def describe(self) -> str:
+        """The runs and the digits."""
+        return f"{len(self.runs)} runs; digits: {self.dataset.source}"
+
     def run_params(self, run: FedRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
         d = self.dataset
@@ -268,6 +267,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies MNIST; None if one does."""
     return harness.missing_dataset("mnist", data_dir)
 
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = FedavgParams
 
 pending = harness.pending
 run = harness.run
@@ -420,3 +422,19 @@ def settings(plan: Plan) -> dict[str, Any]:
     """The run settings every figure caption repeats."""
     p = plan.params
     return {**asdict(p), "n_train": plan.dataset.n_train, "n_test": plan.dataset.n_test}
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``facts``."""
+    return facts(plan).to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks: per run its rounds, uploads, bytes and accuracy (seeded), then the transfer log."""
+    table = summarize(plan, stored)[["run", "rounds", "uploads", "bytes_up", "samples_trained", "accuracy"]]
+    return f"{table.round(3).to_string(index=False)}\n{transfer_log(plan, stored).to_string(index=False)}"
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows beside: each run's bytes per upload and emulated time on the device model."""
+    return [summarize(plan, stored)[["run", "bytes_per_upload", "device_s"]]]

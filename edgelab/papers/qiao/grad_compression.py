@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_resource
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -113,17 +114,10 @@ class GradCompressionParams:
         for spec in self.schemes:
             build_compressor(spec)  # raises ConfigError("compressor", ...) for a bad one
         for name in ("n_devices", "batch_size", "eval_every", "budget_rounds", "gradient_batches", "draws", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ConfigError("steps", self.steps, "None (the whole shard) or an integer >= 1 (batches per device)")
-        if not self.link_mbps > 0:
-            raise ConfigError("link_mbps", self.link_mbps, "a link rate in Mbit/s > 0")
-        if not 0 < self.randomk_density < 1:
-            raise ConfigError("randomk_density", self.randomk_density, "a keep probability in (0, 1)")
+            checks.integer(name, getattr(self, name), at_least=1)
+        checks.integer("steps", self.steps, at_least=1, none="the whole shard")
+        checks.number("link_mbps", self.link_mbps, above=0, unit="Mbit/s")
+        checks.number("randomk_density", self.randomk_density, above=0, below=1)  # a keep probability
         self.config("none")  # checks steps, learning_rate and the rest through TrainConfig
 
     def config(self, scheme: str, repeat: int = 0) -> TrainConfig:
@@ -159,6 +153,10 @@ class Plan(harness.Plan):
     dataset: Dataset
     profile: DeviceProfile
     runs: list[RunKey]
+
+    def describe(self) -> str:
+        """The runs and the digits."""
+        return f"{len(self.runs)} runs; data: {self.dataset.source}, {self.dataset.n_train} training digits"
 
     def run_params(self, run: RunKey) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -241,6 +239,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     """Why the notebook cannot run here: no source supplies MNIST; None if one does."""
     return harness.missing_dataset("mnist", data_dir)
 
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = GradCompressionParams
 
 pending = harness.pending
 run = harness.run
@@ -443,3 +444,25 @@ def payload_ratios(plan: Plan) -> pd.DataFrame:
              "smaller_before_scales": dense / (payload - scales)}
         )  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``payload_ratios``, fixed by the shapes."""
+    return payload_ratios(plan).round(3).to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks: each scheme's bytes on the wire and seeded accuracies, the deltas' density, random-k's."""
+    columns = ["scheme", "rounds", "bytes_per_step", "smaller", "accuracy", "accuracy_at_budget"]
+    return "\n".join(
+        [
+            summarize(plan, stored)[columns].round(4).to_string(index=False),
+            density(plan, stored).round(4).to_string(index=False),
+            randomk_check(plan, stored).round(4).to_string(index=False),
+        ]
+    )
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows that varies: the emulated time per step behind the slow link (host CPU times)."""
+    return [summarize(plan, stored)[["scheme", "step_s", "compute_s", "comm_s", "device_cpu_ms"]].round(3)]

@@ -320,6 +320,13 @@ def _setup(plan: exp.Plan, budget: float) -> str:
     )
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[Any], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, plan, stored, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, stored: list[Any], *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_names, scheduler_workers
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -106,30 +107,25 @@ class ParallelismParams:
 
     def __post_init__(self) -> None:
         for name, values, most in (("stages", self.stages, 8), ("devices", self.devices, 16)):
-            if not values or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most for n in values):
+            if not values or not all(checks.is_integer(n) and 1 <= n <= most for n in values):
                 raise ConfigError(name, values, f"a list of integers from 1 to {most}")
-        bad = [s for s in self.strategies if s not in STRATEGIES]
-        if not self.strategies or bad:
-            raise ConfigError("strategies", self.strategies, f"names among {', '.join(STRATEGIES)}")
-        if not self.slowdowns or any(isinstance(s, bool) or not isinstance(s, int | float) or s < 1
-                                     for s in self.slowdowns):  # fmt: skip
+        checks.choices("strategies", self.strategies, STRATEGIES)
+        if not self.slowdowns:
             raise ConfigError("slowdowns", self.slowdowns, "a list of numbers >= 1 (1: no straggler)")
+        for s in self.slowdowns:
+            checks.number("slowdowns", s, at_least=1)  # 1: no straggler
         for name, least in (("pipeline_batch", 1), ("pipeline_steps", 2), ("batch_size", 1), ("repeats", 1),
                             ("oversized_width", 1), ("oversized_depth", 0)):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
+            checks.integer(name, getattr(self, name), at_least=least)
         if self.device_profile not in FIT_CELLS:
             raise ConfigError(
                 "device_profile", self.device_profile, f"a profile with a fitted device model: {', '.join(FIT_CELLS)}"
             )
-        if not 0 < self.learning_rate < 10:
-            raise ConfigError("learning_rate", self.learning_rate, "a number in (0, 10)")
-        k = self.oversized_stages
-        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= min(8, self.oversized_depth + 1):
-            if self.oversized_depth:
-                raise ConfigError("oversized_stages", k, f"an integer from 2 to {min(8, self.oversized_depth + 1)} "
-                                  "(at most one stage per dense layer)")  # fmt: skip
+        checks.number("learning_rate", self.learning_rate, above=0, below=10)
+        if self.oversized_depth:  # at most one stage per dense layer
+            checks.integer(
+                "oversized_stages", self.oversized_stages, at_least=2, at_most=min(8, self.oversized_depth + 1)
+            )
 
 
 @dataclass(frozen=True)
@@ -169,6 +165,10 @@ class Plan(harness.Plan):
     device_model: DeviceModel = field(repr=False)
     oversized_cuts: dict[int, Partition] = field(default_factory=dict)  # the wide MLP's, single worker (1) included
     oversized_costs: list[LayerCost] = field(default_factory=list, repr=False)  # the wide MLP's layers
+
+    def describe(self) -> str:
+        """The runs and the images."""
+        return f"{len(self.runs)} runs; images: {self.dataset.name} ({self.dataset.source})"
 
     @property
     def stage_counts(self) -> list[int]:
@@ -396,6 +396,9 @@ def prepare(**kwargs: Any) -> Plan:
             check(plan.config(item), n_train=dataset.n_train, profile=profile)
     return plan
 
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = ParallelismParams
 
 pending = harness.pending
 run = harness.run
@@ -696,3 +699,39 @@ def stragglers(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
         if column in out:
             out[column.replace("samples_per_s", "relative")] = out[column] / float(out[column].iloc[0])
     return out
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``layer_map``, counted from the splits."""
+    return layer_map(plan).to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: what does not depend on this host's speed.
+
+    At most one stage computing at any instant and the bytes between stages; the shards as assigned; the seeded
+    accuracies, update counts and staleness (the asynchronous order comes from the device model's clock); the
+    straggler sweep on the device model's clock.
+    """
+    model = model_summary(plan, stored)[
+        ["K", "max_concurrency", "activation_bytes_per_batch", "gradient_bytes_per_batch", "peak_working_set_bytes"]
+    ]
+    data = data_summary(plan, stored)[
+        ["strategy", "N", "samples", "updates", "accuracy", "staleness_mean", "staleness_max"]
+    ]
+    return "\n".join(
+        [
+            model.to_string(index=False),
+            shards(plan, stored).to_string(index=False),
+            data.round(4).to_string(index=False),
+            stragglers(plan, stored).round(4).to_string(index=False),
+        ]
+    )
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: the model-parallel and the data-parallel summaries, times included."""
+    return [model_summary(plan, stored).round(4), data_summary(plan, stored).round(4)]

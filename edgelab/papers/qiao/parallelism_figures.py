@@ -379,6 +379,13 @@ def reduction(plan: exp.Plan) -> str:
 # --------------------------------------------------------------- render ----
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, plan, stored, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:

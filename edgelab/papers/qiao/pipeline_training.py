@@ -93,22 +93,19 @@ class PipelineTrainingParams:
                 "model", self.model, f"{FOUR_BLOCKS!r}, a functional Keras model or a function that builds one"
             )
         for name, least, most in (("n_stages", 2, 8), ("batch_size", 1, 4096), ("steps", 2, 1000), ("repeats", 1, 100)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-                raise ConfigError(name, value, f"an integer from {least} to {most}")
+            checks.integer(name, getattr(self, name), at_least=least, at_most=most)
         for name, values in (
             ("micro_batches", self.micro_batches),
             ("stream_micro_batches", (self.stream_micro_batches,)),
         ):
-            bad = [m for m in values if isinstance(m, bool) or not isinstance(m, int) or m < 1 or self.batch_size % m]
+            bad = [m for m in values if not checks.is_integer(m) or m < 1 or self.batch_size % m]
             if not values or bad:
                 raise ConfigError(name, values, f"integers >= 1 dividing batch_size ({self.batch_size})")
         if self.device not in PROFILES or self.device == "native":
             allowed = ", ".join(p for p in PROFILES if p != "native")
             raise ConfigError("device", self.device, f"a device profile: {allowed}")
         checks.integer("seed", self.seed, at_least=0)
-        if not 0 < self.learning_rate < 10:
-            raise ConfigError("learning_rate", self.learning_rate, "a number in (0, 10)")
+        checks.number("learning_rate", self.learning_rate, above=0, below=10)
 
 
 @dataclass(frozen=True)
@@ -133,6 +130,14 @@ class Plan(harness.Plan):
     cut: Partition
     model_identity: dict[str, Any]
     build: Callable[[], Any] = field(repr=False)
+
+    def describe(self) -> str:
+        """The runs and the images."""
+        return f"{len(self.runs)} runs; images: {self.dataset.name} ({self.dataset.source})"
+
+    def report_parameters(self) -> dict[str, Any]:
+        """The parameters every item records, the model by its identity (a Keras model is no JSON)."""
+        return {**{k: v for k, v in vars(self.params).items() if k != "model"}, "model": self.model_identity}
 
     def run_params(self, run: PipelineRunKey) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -244,8 +249,17 @@ def prepare(**kwargs: Any) -> Plan:
     return Plan(params, get_profile(params.device), runs, dataset, x, y, cut, network_identity(model), build)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = PipelineTrainingParams
+
 pending = harness.pending
 run = harness.run
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: the cut (by multiply-adds) and the runs."""
+    stages = [f"stage {i}: {', '.join(stage.layers)}" for i, stage in enumerate(plan.cut.stages, start=1)]
+    return "\n".join([*stages, *map(str, plan.runs)])
 
 
 # ------------------------------------------------------------ summaries ----
@@ -381,3 +395,21 @@ def stash_semantics(stored: list[StoredRun], plan: Plan) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: GPipe's weights equal plain SGD's, 1F1B's passes on PipeDream's versions."""
+    summary = summarize(plan, stored)
+    gpipe = summary[summary["schedule"] == "gpipe"]
+    versions = stash_semantics(stored, plan)
+    forward = versions["forward_version"]
+    same = forward.eq(versions["backward_version"]) & forward.eq(versions["expected"])
+    return (
+        f"GPipe weights equal plain SGD's: {bool((gpipe['max_weight_difference'] <= 1e-5).all())}\n"
+        f"1F1B passes on PipeDream's version: {int(same.sum())} of {len(versions)}"
+    )
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: bubbles, times per mini-batch and throughput (``summarize``)."""
+    return [summarize(plan, stored).round(4)]

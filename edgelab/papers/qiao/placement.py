@@ -83,14 +83,12 @@ class PlacementParams:
 
     def __post_init__(self) -> None:
         self.network_name  # noqa: B018 - checks the network now
-        for name in ("stages", "run_stages"):
+        for name in ("stages", "run_stages"):  # stages in the chain
             values = getattr(self, name)
-            if not values or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 12 for n in values):
+            if not values or not all(checks.is_integer(n) and 1 <= n <= 12 for n in values):
                 raise ConfigError(name, values, "a list of integers from 1 to 12 (stages in the chain)")
         for name, least in (("images", 1), ("repeats", 1), ("edge_devices", 0), ("cloud_devices", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
+            checks.integer(name, getattr(self, name), at_least=least)
         for name in ("edge_latency_s", "cloud_latency_s"):  # under the notebook's names, before the tiers'
             checks.number(name, getattr(self, name), at_least=0, unit="seconds")
         self.hierarchy()  # checks the latencies
@@ -121,6 +119,15 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[PlacementRunKey]
     calibration: TierCalibration
+
+    def describe(self) -> str:
+        """The runs and the images."""
+        return f"{len(self.runs)} runs; images: {self.dataset.source}"
+
+    @functools.cached_property
+    def searched(self) -> pd.DataFrame:
+        """``search``, done once: every chain length's placements, exhaustive and greedy."""
+        return search(self)
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -266,6 +273,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar100", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = PlacementParams
+
 pending = harness.pending
 run = harness.run
 
@@ -343,3 +353,23 @@ def job_level(plan: Plan) -> pd.DataFrame:
         best = schemes.place(REPORT_TASKS, h)
         rows.append({"placement": "per-device search: " + ", ".join(best.targets), "completion_s": best.completion_s})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: the placements and their latencies (the search times left out)."""
+    columns = ["stages", "exhaustive", "exhaustive_s", "tried", "greedy", "greedy_s", "greedy / best"]
+    return plan.searched[columns].round(4).to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: each on the clock (from the bytes its stages received), the job-level choice."""
+    runs = summarize(plan, stored)[["stages", "rule", "hosts", "clock_s", "predicted_s", "bytes_moved"]]
+    return f"{runs.round(4).to_string(index=False)}\n{job_level(plan).round(3).to_string(index=False)}"
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows that varies: the searches' times on this machine, every run with its wall time."""
+    return [plan.searched[["stages", "tried", "search_s", "greedy_tried", "greedy_search_s"]], summarize(plan, stored)]

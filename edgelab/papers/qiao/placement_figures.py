@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from edgelab.common.results import StoredRun
 from edgelab.hierarchy.placement import hosts_of
 from edgelab.papers.qiao import placement as exp
 from edgelab.report.manifest import ReportItem
@@ -108,6 +109,13 @@ def reduction(plan: exp.Plan) -> str:
     if p.repeats < full["repeats"]:
         parts.append(f"{p.repeats} run(s) of each placement of {full['repeats']}")
     return "; ".join(parts)
+
+
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` of the plan's search and the runs."""
+    return render(root, plan, plan.searched, exp.summarize(plan, stored), notebook=notebook, parameters=parameters)
 
 
 def render(

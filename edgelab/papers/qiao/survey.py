@@ -13,11 +13,13 @@ side by side yet: the items say so.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from edgelab.common.paths import REPO_ROOT
 from edgelab.report.manifest import ReportItem
 from edgelab.report.reference import load_reference
 from edgelab.report.style import markdown_table, save_figure, save_table
@@ -37,6 +39,46 @@ PROXIES = [
 ]
 # Abbreviations the chapter uses beyond its list (the catalog's qiao/P9).
 USED_UNDEFINED = ("DDNN", "DGC", "ESGD", "QSGD", "MoDNN", "5G", "AWS")
+#: The chapter's text, in the documents' folder.
+CHAPTER = "qiao-edge-distributed-intelligence.txt"
+
+
+@dataclass(frozen=True)
+class SurveyParams:
+    """Where the documents' text is (default: ``../shared/papers`` beside the repository, when present)."""
+
+    papers_dir: str | None = None
+
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = SurveyParams
+
+
+@dataclass(frozen=True)
+class SurveyPlan:
+    """The chapter's text, if found: the abbreviations check reads it."""
+
+    params: SurveyParams
+    chapter: Path
+    chapter_text: str | None
+
+    def describe(self) -> str:
+        """Where the chapter's text was read from, or that it was not found."""
+        found = self.chapter if self.chapter_text is not None else "not found (the abbreviations check is left out)"
+        return f"chapter text: {found}"
+
+
+def prepare(papers_dir: str | None = None) -> SurveyPlan:
+    """Read the chapter's text from ``papers_dir`` when it is there."""
+    params = SurveyParams(papers_dir)
+    chapter = Path(papers_dir or REPO_ROOT.parent / "shared" / "papers") / CHAPTER
+    return SurveyPlan(params, chapter, chapter.read_text(encoding="utf-8") if chapter.is_file() else None)
+
+
+def plan_facts(plan: SurveyPlan) -> str:
+    """What nbval checks: the source's rows (the abbreviations, Table 2-1's value properties)."""
+    rows = benefits()["value property"].to_string(index=False)
+    return f"{abbreviations().to_string(index=False)}\n{rows}"
 
 
 def _wide(item_id: str) -> pd.DataFrame:
@@ -99,6 +141,13 @@ def draw_data_path() -> Any:
 def _qualitative(why: str) -> Verdict:
     """The verdict of an item with nothing checkable: not judged (qualitative), and why."""
     return decide([], fitted=[], predicted=[], noise=TEXT, reason=why, reason_class="qualitative")
+
+
+def render_report(
+    root: Path, plan: SurveyPlan, results: None, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` with the chapter's text."""
+    return render(root, notebook=notebook, parameters=parameters, chapter_text=plan.chapter_text)
 
 
 def render(

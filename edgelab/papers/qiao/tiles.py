@@ -88,14 +88,11 @@ class TilesParams:
                 object.__setattr__(self, "image_size", DEFAULT_IMAGE_SIZE)
         else:
             self._take_users_network()
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha <= 1:
-            raise ConfigError("alpha", self.alpha, "a width multiplier in (0, 1]")
-        if not self.grids or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.grids):
+        checks.number("alpha", self.alpha, above=0, at_most=1)  # MobileNet's width multiplier
+        if not self.grids or not all(checks.is_integer(g) and g >= 1 for g in self.grids):
             raise ConfigError("grids", self.grids, "a list of integers >= 1 (tiles per side)")
         for name, least in (("image_size", 32), ("repeats", 1), ("image_index", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an integer >= {least}")
+            checks.integer(name, getattr(self, name), at_least=least)
         get_profile(self.device_profile)
         checks.integer("seed", self.seed, at_least=0)
 
@@ -145,6 +142,10 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[TilesRunKey]
     grids: dict[int, tiles.TileGrid]
+
+    def describe(self) -> str:
+        """The runs and the image."""
+        return f"{len(self.runs)} runs; image: {self.dataset.name} ({self.dataset.source})"
 
     def model(self) -> Any:
         """The whole network."""
@@ -326,6 +327,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("plantvillage_tomato", data_dir, image_size=MIN_IMAGE_SIZE)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = TilesParams
+
 pending = harness.pending
 run = harness.run
 
@@ -376,3 +380,44 @@ def compressor_cut(depth: pd.DataFrame) -> pd.Series:
     """The first layer whose output is smaller than the image it was computed from: a cheap place to cut."""
     smaller = depth[(depth["depth"] > 0) & (depth["output_bytes"] < depth["output_bytes"].iloc[0])]
     return smaller.iloc[0]
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: the tiles and the bytes over depth, which follow from the shapes alone.
+
+    Each tile's image region with its halo, the MACs and the activations it holds at once against the untiled
+    block; the image's bytes, the largest layer output, and the first layer whose output is below the image.
+    """
+    lines = []
+    for g, grid in plan.grids.items():
+        regions = ", ".join(f"{t.input_region}" for t in grid.tiles)
+        lines.append(
+            f"{g}x{g}: MACs {grid.redundancy:.4f}x untiled; peak activations per worker "
+            f"{max(t.peak_bytes for t in grid.tiles):,} B of {grid.untiled_peak_bytes:,} B; regions {regions}"
+        )
+    depth = depth_bytes(plan)
+    cut = compressor_cut(depth)
+    lines.append(
+        f"image {int(depth['output_bytes'].iloc[0]):,} B; largest output {int(depth['output_bytes'].max()):,} B; "
+        f"first layer below the image: {cut['layer']} ({int(cut['output_bytes']):,} B)"
+    )
+    return "\n".join(lines)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: the bytes each tile holds and sends, and the stitched output's exactness."""
+    summary = summarize(plan, stored)
+    columns = ["grid", "devices", "peak_per_worker_bytes", "memory_ratio", "gathered_bytes", "sent_bytes"]
+    exact = bool((summary["relative_diff"] <= 1e-5).all())
+    return (
+        f"{summary[[*columns, 'mac_redundancy']].round(4).to_string(index=False)}\n"
+        f"stitched equals untiled to 1e-5 of the output's scale: {exact}"
+    )
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: ``summarize``, this host's memory, CPU time and clock among them."""
+    return [summarize(plan, stored)]

@@ -159,6 +159,13 @@ def reduction(plan: exp.Plan) -> str:
     return "; ".join(parts)
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` with the runs' summary."""
+    return render(root, plan, stored, exp.summarize(plan, stored), notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path,
     plan: exp.Plan,

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -88,11 +89,9 @@ class FaultsParams:
             if method not in METHODS:
                 raise ConfigError("methods", method, f"names among {', '.join(METHODS)}")
         for name in ("end_devices", "tasks", "task_size", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
         for f in self.failures:
-            if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f <= self.end_devices:
+            if not checks.is_integer(f) or not 0 <= f <= self.end_devices:
                 raise ConfigError("failures", f, f"integers from 0 to end_devices ({self.end_devices})")
         if not self.failures:
             raise ConfigError("failures", self.failures, "at least one number of failed devices")
@@ -136,6 +135,11 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[FaultRunKey]
     calibration: TierCalibration
+
+    def describe(self) -> str:
+        """The runs, the job and the images."""
+        p = self.params
+        return f"{len(self.runs)} runs of {p.tasks} tasks x {p.task_size} images; images: {self.dataset.source}"
 
     @property
     def devices(self) -> list[str]:
@@ -272,8 +276,10 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar100", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = FaultsParams
+
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
 
 
@@ -407,3 +413,28 @@ def deterministic_facts(plan: Plan) -> pd.DataFrame:
     facts = pd.DataFrame(rows)
     facts.attrs["fail_after"] = plan.fail_after
     return facts
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: after how many answers a failing device stops, and which devices fail."""
+    facts = deterministic_facts(plan).to_string(index=False)
+    return f"a failing device answers {plan.fail_after} tasks, then switches off\n{facts}"
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: the report's three methods on the clock (fixed rules, seeded failures).
+
+    Dask places tasks itself, so its runs are only shown (``measurements``).
+    """
+    summary = summarize(plan, stored)
+    report = summary[summary["method"].isin(PAPER_METHODS)]
+    columns = ["method", "failures", "repeat", "finished", "duration_s", "timeouts", "answered", "lost", "killed"]
+    return report[[*columns, "same_answers"]].round(3).to_string(index=False)
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: every one, Dask's and the host's wall time among them."""
+    return [summarize(plan, stored)]

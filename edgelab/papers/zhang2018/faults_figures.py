@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
+from edgelab.common.results import StoredRun
 from edgelab.papers.zhang2018 import faults as exp
 from edgelab.report import verdict
 from edgelab.report.manifest import ReportItem
@@ -238,6 +239,13 @@ def _s(value: float) -> str:
     return "never" if not math.isfinite(value) else f"{value:.2f} s"
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` of the runs' summary."""
+    return render(root, plan, exp.summarize(plan, stored), notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, summary: pd.DataFrame, *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:
@@ -373,12 +381,3 @@ def _noise(summary: pd.DataFrame) -> verdict.Noise:
     finished = summary[np.isfinite(summary["duration_s"])]
     keyed = finished.set_index(finished["method"] + " f=" + finished["failures"].astype(str))["duration_s"]
     return verdict.noise_of(keyed)
-
-
-def claims_text(plan: exp.Plan, summary: pd.DataFrame) -> pd.DataFrame:
-    """The claims as a table (for the notebook)."""
-    rows = [
-        {"check": c.name, "seen here": c.measured, "rule": c.rule, "outcome": c.outcome, "note": c.note}
-        for c in checks(exp.table5(summary), plan, summary)
-    ]
-    return pd.DataFrame(rows)

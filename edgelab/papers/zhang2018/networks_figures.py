@@ -22,6 +22,7 @@ import pandas as pd
 
 from edgelab.common.results import atomic_write_text
 from edgelab.models.tiers import build_tier_network, sizes
+from edgelab.papers.zhang2018.networks import NetworksPlan
 from edgelab.report import verdict
 from edgelab.report.manifest import ReportItem, item_path
 from edgelab.report.reference import load_reference
@@ -169,6 +170,13 @@ def checks(built: dict[str, Any], table: pd.DataFrame) -> list[Check]:
         )
     )
     return found
+
+
+def render_report(
+    root: Path, plan: NetworksPlan, results: None, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render``."""
+    return render(root, notebook=notebook, parameters=parameters)
 
 
 def render(root: Path, *, notebook: str, parameters: dict[str, Any]) -> list[ReportItem]:

@@ -13,6 +13,7 @@ profile gives it a task of the report's job.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from edgelab.common import checks
@@ -32,8 +33,38 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset(DATASET, data_dir)
 
 
-def prepare(*, images: int, data_dir: str | None = None, seed: int = 0) -> Dataset:
+@dataclass(frozen=True)
+class PrivacyParams:
+    """The attack's images and where they come from; the tables are the same at every size."""
+
+    images: int = 8  # test images the attack reconstructs
+    data_dir: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks.integer("images", self.images, at_least=1)
+        checks.integer("seed", self.seed, at_least=0)
+
+
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = PrivacyParams
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The checked parameters and the test images the attack rebuilds."""
+
+    params: PrivacyParams
+    dataset: Dataset
+
+    def describe(self) -> str:
+        """The images and their source."""
+        return f"{len(self.dataset.x_test)} images from {self.dataset.source}"
+
+
+def prepare(**kwargs: Any) -> PrivacyPlan:
     """The test images the attack rebuilds, its parameters checked under the notebook's names first."""
-    checks.integer("images", images, at_least=1)
-    checks.integer("seed", seed, at_least=0)
-    return load_dataset(DATASET, data_dir=data_dir, test_limit=images, seed=seed)
+    params = harness.parse_params(PrivacyParams, kwargs)
+    return PrivacyPlan(
+        params, load_dataset(DATASET, data_dir=params.data_dir, test_limit=params.images, seed=params.seed)
+    )

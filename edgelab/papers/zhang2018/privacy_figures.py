@@ -26,7 +26,7 @@ from edgelab.emulation.tier_clock import zhang2018_calibration
 from edgelab.emulation.tiers import ZHANG2018
 from edgelab.hierarchy import privacy
 from edgelab.models.tiers import build_tier_network
-from edgelab.papers.zhang2018.privacy import REPORT_TASK_IMAGES
+from edgelab.papers.zhang2018.privacy import REPORT_TASK_IMAGES, PrivacyPlan
 from edgelab.report import verdict
 from edgelab.report.manifest import ReportItem
 from edgelab.report.reference import REFERENCE_DIR, load_reference
@@ -278,6 +278,21 @@ def eq8_check(t4: pd.DataFrame) -> Check:
         "enough for C25 leaves Table 4's overhead at about 1%, the first convolution being a tiny share of "
         "WRN-28-10's work",
     )
+
+
+def plan_facts(plan: PrivacyPlan) -> str:
+    """What nbval checks: the modules beside Table 3 (weights files left out), and Table 4 on the clock."""
+    stems = modules()
+    t3 = table3(stems).drop(columns=["weights file (KB)"]).to_string(index=False)
+    return f"{t3}\n{table4(stems).to_string(index=False)}"
+
+
+def render_report(
+    root: Path, plan: PrivacyPlan, results: None, *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` with the plan's images."""
+    data = plan.dataset
+    return render(root, data.x_test, data.provenance(), notebook=notebook, parameters=parameters)
 
 
 def render(

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -102,18 +103,14 @@ class SchemesParams:
         for scheme in self.schemes:
             if scheme not in SCHEMES:
                 raise ConfigError("schemes", scheme, f"names among {', '.join(SCHEMES)}")
-        if not self.end_devices or any(_bad_int(n, 1) for n in self.end_devices):
+        if not self.end_devices or not all(checks.is_integer(n) and n >= 1 for n in self.end_devices):
             raise ConfigError("end_devices", self.end_devices, "a list of integers >= 1")
         for name in ("tasks", "task_size", "repeats"):
-            if _bad_int(getattr(self, name), 1):
-                raise ConfigError(name, getattr(self, name), "an integer >= 1")
+            checks.integer(name, getattr(self, name), at_least=1)
         for name in ("edge_devices", "cloud_devices"):
-            if _bad_int(getattr(self, name), 0):
-                raise ConfigError(name, getattr(self, name), "an integer >= 0")
+            checks.integer(name, getattr(self, name), at_least=0)
         for name in ("edge_latency_s", "cloud_latency_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
-                raise ConfigError(name, value, "a number of seconds >= 0")
+            checks.number(name, getattr(self, name), at_least=0, below=float("inf"), unit="seconds")
         if self.tasks < max(self.end_devices):
             raise ConfigError("tasks", self.tasks, f">= the most end devices ({max(self.end_devices)}), so each works")
         self.networks  # noqa: B018 - checks each tier's network now
@@ -138,10 +135,6 @@ class SchemesParams:
         return replace(spec, tiers=tiers)
 
 
-def _bad_int(value: object, least: int) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int) or value < least
-
-
 @dataclass(frozen=True)
 class SchemeRunKey:
     """One run: a scheme on the first ``n_end`` end devices; Mapping's ``mapping`` is "paper" or "eq4"."""
@@ -162,6 +155,11 @@ class Plan(harness.Plan):
     profile: DeviceProfile
     runs: list[SchemeRunKey]
     calibration: TierCalibration
+
+    def describe(self) -> str:
+        """The runs, the job and the images."""
+        p = self.params
+        return f"{len(self.runs)} runs of {p.tasks} tasks x {p.task_size} images; images: {self.dataset.source}"
 
     def n_map(self, run: SchemeRunKey) -> int | None:
         """End devices per edge device of a Mapping run (None for the other schemes)."""
@@ -295,6 +293,9 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar100", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = SchemesParams
+
 pending = harness.pending
 run = harness.run
 
@@ -406,3 +407,31 @@ def routes(plan: Plan, stored: list[StoredRun], n_end: int) -> pd.DataFrame:
 def cluster_info(stored: list[StoredRun]) -> dict[str, Any]:
     """The running hierarchy as the runs recorded it (devices, tiers, TensorFlow threads)."""
     return dict(stored[0].summary["cluster"]) if stored else {}
+
+
+def curves(summary: pd.DataFrame) -> pd.DataFrame:
+    """Median over repeats per scheme, mapping and number of end devices."""
+    keys = ["scheme", "mapping", "n_map", "n_end"]
+    table = summary.groupby(keys, as_index=False)[["clock_s", "equations_s", "host_wall_s", "on_cloud", "on_edge"]]
+    # The stage counts are the same in every repeat (the routing is the scheme's): whole numbers.
+    return table.median().astype({"on_cloud": int, "on_edge": int})
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: ``deterministic_facts``."""
+    return deterministic_facts(plan).to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: completion time on the clock and by the equations (routing and calibration)."""
+    table = curves(summarize(plan, stored))
+    columns = ["scheme", "mapping", "n_map", "n_end", "on_edge", "on_cloud", "clock_s", "equations_s"]
+    return table[columns].round(3).to_string(index=False)
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: every one, the host's wall time among them."""
+    return [summarize(plan, stored)]

@@ -15,12 +15,15 @@ eq4 against the report's N_map = 1, eq5 against where the runs sent the tasks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from edgelab.common.results import StoredRun
+from edgelab.papers.zhang2018 import hierarchy_diagram
 from edgelab.papers.zhang2018 import schemes as exp
 from edgelab.report import verdict
 from edgelab.report.manifest import ReportItem
@@ -55,14 +58,6 @@ CHOICES = [
     "the report's encryption module, on in its runs, is off",
 ]
 COLOURS = {"End": "C0", "End-Cloud": "C3", "End-Edge": "C2", "Mapping": "C1"}
-
-
-def curves(summary: pd.DataFrame) -> pd.DataFrame:
-    """Median over repeats per scheme, mapping and number of end devices."""
-    keys = ["scheme", "mapping", "n_map", "n_end"]
-    table = summary.groupby(keys, as_index=False)[["clock_s", "equations_s", "host_wall_s", "on_cloud", "on_edge"]]
-    # The stage counts are the same in every repeat (the routing is the scheme's): whole numbers.
-    return table.median().astype({"on_cloud": int, "on_edge": int})
 
 
 def _label(scheme: str, mapping: str) -> str:
@@ -198,38 +193,7 @@ def checks(
             "" if scaling else only,
         )
     if {"End-Edge", "Mapping"} <= set(t.columns):
-        few = [k for k in n if k <= p.edge_devices]
-        many = [k for k in n if k > p.edge_devices]
-        rule = (
-            f"with N_map = 1, Mapping differs only slightly from End-Edge for 1-{p.edge_devices} end devices: "
-            f"by at most {verdict.MIN_EFFECT:.0%}"
-        )
-        if few:
-            diff = (t.loc[few, "Mapping"] - t.loc[few, "End-Edge"]).abs() / t.loc[few, "End-Edge"]
-            slight = verdict.within(diff.max(), verdict.MIN_EFFECT)
-            claim(
-                "zhang2018/C19",
-                slight,
-                f"largest relative difference for {few[0]}-{few[-1]} end devices: {diff.max():.1%}",
-                rule,
-                ""
-                if slight
-                else f"with N_map = 1 each end device feeds one edge, so {few[0]} end device(s) keep only as many "
-                f"edges busy while End-Edge deals tasks to all {p.edge_devices} (and eq6, through eq3, assumes all)",
-            )
-        else:
-            claim("zhang2018/C19", None, f"no run with at most {p.edge_devices} end devices", rule)
-        rule = f"beyond {p.edge_devices} end devices the cloud limits Mapping: slower than End-Edge at each"
-        if many:
-            extra = t.loc[many, "Mapping"] - t.loc[many, "End-Edge"]
-            claim(
-                "zhang2018/C20",
-                bool((extra > 0).all()),
-                "Mapping minus End-Edge: " + ", ".join(f"{v:.2f} s at {k}" for k, v in extra.items()),
-                rule,
-            )
-        else:
-            claim("zhang2018/C20", None, f"no run with more than {p.edge_devices} end devices", rule)
+        _mapping_claims(claim, t, p.edge_devices)
     if {"End-Edge", "Mapping", "End-Cloud"} <= set(t.columns):
         # Between, to the policy's rounding: the three come from the same costs, and may tie.
         between = [
@@ -264,6 +228,46 @@ def checks(
     return found
 
 
+def _mapping_claims(claim: Callable[..., None], t: pd.DataFrame, edges: int) -> None:
+    """C19 (Mapping close to End-Edge up to ``edges`` end devices) and C20 (the cloud limits it beyond): ``claim``s.
+
+    ``t``: the time by number of end devices (rows) and scheme (columns).
+    """
+    n = list(t.index)
+    few = [k for k in n if k <= edges]
+    many = [k for k in n if k > edges]
+    rule = (
+        f"with N_map = 1, Mapping differs only slightly from End-Edge for 1-{edges} end devices: "
+        f"by at most {verdict.MIN_EFFECT:.0%}"
+    )
+    if few:
+        diff = (t.loc[few, "Mapping"] - t.loc[few, "End-Edge"]).abs() / t.loc[few, "End-Edge"]
+        slight = verdict.within(diff.max(), verdict.MIN_EFFECT)
+        claim(
+            "zhang2018/C19",
+            slight,
+            f"largest relative difference for {few[0]}-{few[-1]} end devices: {diff.max():.1%}",
+            rule,
+            ""
+            if slight
+            else f"with N_map = 1 each end device feeds one edge, so {few[0]} end device(s) keep only as many "
+            f"edges busy while End-Edge deals tasks to all {edges} (and eq6, through eq3, assumes all)",
+        )
+    else:
+        claim("zhang2018/C19", None, f"no run with at most {edges} end devices", rule)
+    rule = f"beyond {edges} end devices the cloud limits Mapping: slower than End-Edge at each"
+    if many:
+        extra = t.loc[many, "Mapping"] - t.loc[many, "End-Edge"]
+        claim(
+            "zhang2018/C20",
+            bool((extra > 0).all()),
+            "Mapping minus End-Edge: " + ", ".join(f"{v:.2f} s at {k}" for k, v in extra.items()),
+            rule,
+        )
+    else:
+        claim("zhang2018/C20", None, f"no run with more than {edges} end devices", rule)
+
+
 def _undecided(check: Check, reason: str, why: str) -> Check:
     """``check`` left undecided for ``reason``, saying what it would be and why it is not judged."""
     would = "would hold" if check.passed else "would fail"
@@ -289,12 +293,26 @@ def claims(
     )
 
 
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items: ``render`` of the runs' summary, then the hierarchy itself drawn from their cluster.
+
+    zhang2018/fig1 and qiao/fig1-1 (``edgelab.papers.zhang2018.hierarchy_diagram``): the cluster and the tasks'
+    routes on the most end devices of the runs.
+    """
+    items = render(root, plan, exp.summarize(plan, stored), notebook=notebook, parameters=parameters)
+    routes = exp.routes(plan, stored, max(plan.params.end_devices))
+    info, networks = exp.cluster_info(stored), plan.params.networks
+    return items + hierarchy_diagram.render(root, info, networks, routes, notebook=notebook, parameters=parameters)
+
+
 def render(
     root: Path, plan: exp.Plan, summary: pd.DataFrame, *, notebook: str, parameters: dict[str, Any]
 ) -> list[ReportItem]:
     """Write Figure 3, its claims and the equations' items; return their manifest entries."""
     p = plan.params
-    table = curves(summary)
+    table = exp.curves(summary)
     report = exp.report_job(plan)
     found = checks(table, report, plan)
     checked = claims(table, report, plan)

@@ -27,6 +27,7 @@ its processing time per image, beside the report's.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from distributed import KilledWorker
 from distributed.client import FutureCancelledError
 
 from edgelab.cluster.device_cluster import DeviceCluster, device_resource
+from edgelab.common import checks
 from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
@@ -105,11 +107,8 @@ class TiersParams:
                 if network not in TIER_NETWORK_NAMES:
                     raise ConfigError(field_name, network, f"names among {', '.join(TIER_NETWORK_NAMES)}")
         for name in ("tasks", "task_size", "train_images", "test_images", "epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "an integer >= 1")
-        if not isinstance(self.train_eagerly, bool):
-            raise ConfigError("train_eagerly", self.train_eagerly, "True or False")
+            checks.integer(name, getattr(self, name), at_least=1)
+        checks.flag("train_eagerly", self.train_eagerly)
 
     def hierarchy(self) -> HierarchySpec:
         """One device per tier: each network is timed alone."""
@@ -142,6 +141,17 @@ class Plan(harness.Plan):
     runs: list[TierRun | AccuracyRun]
     calibration: TierCalibration
     training: Dataset | None
+
+    def describe(self) -> str:
+        """The runs, the networks trained and the images."""
+        p = self.params
+        timed = f"each network on each tier ({p.tasks} tasks x {p.task_size} images)"
+        return f"{len(self.runs)} runs: {timed}, {len(p.accuracy_networks)} trained; images: {self.dataset.source}"
+
+    @functools.cached_property
+    def sizes(self) -> pd.DataFrame:
+        """``file_sizes`` of the networks, measured once."""
+        return file_sizes(self.params.networks)
 
     def run_params(self, run: TierRun | AccuracyRun) -> dict[str, Any]:
         """What a run's result depends on: its results-store key."""
@@ -300,8 +310,10 @@ def missing_data(data_dir: str | None = None) -> str | None:
     return harness.missing_dataset("cifar100", data_dir)
 
 
+#: What the notebook's parameters are (``edgelab.papers.notebook.prepare`` takes these names).
+PARAMS = TiersParams
+
 pending = harness.pending
-open_cluster = harness.open_cluster
 run = harness.run
 
 
@@ -449,3 +461,21 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+# ------------------------------------------------------------ notebook ----
+
+
+def plan_facts(plan: Plan) -> str:
+    """What nbval checks before any run: each network's parameters and weights files (``Plan.sizes``)."""
+    return plan.sizes.to_string(index=False)
+
+
+def run_facts(plan: Plan, stored: list[StoredRun]) -> str:
+    """What nbval checks of the runs: Table 2 as the clock predicts it (Table 1's times, the tiers' links)."""
+    return table2(plan, times(plan, stored)).drop(columns=["this host's inference (ms/image)"]).to_string(index=False)
+
+
+def measurements(plan: Plan, stored: list[StoredRun]) -> list[Any]:
+    """What the notebook shows of the runs: each network's time on each tier's worker here, and the accuracy rows."""
+    return [times(plan, stored).round(2), accuracy(plan, stored).round(3)]

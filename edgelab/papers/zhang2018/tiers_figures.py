@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from edgelab.common.results import StoredRun
 from edgelab.papers.zhang2018 import tiers as exp
 from edgelab.report import verdict
 from edgelab.report.manifest import ReportItem
@@ -166,6 +167,14 @@ def accuracy_checks(plan: exp.Plan, accuracy: pd.DataFrame, sizes: pd.DataFrame)
             )
         )
     return found
+
+
+def render_report(
+    root: Path, plan: exp.Plan, stored: list[StoredRun], *, notebook: str, parameters: dict[str, Any]
+) -> list[ReportItem]:
+    """The notebook's items (``edgelab.papers.notebook.report``): ``render`` of the runs and the plan's sizes."""
+    times, accuracy = exp.times(plan, stored), exp.accuracy(plan, stored)
+    return render(root, plan, times, plan.sizes, accuracy, notebook=notebook, parameters=parameters)
 
 
 def render(
