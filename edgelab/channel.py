@@ -300,7 +300,7 @@ class ChannelServer:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         #: calls answered so far, and connections refused (no TLS certificate of the cluster's CA, no proof of
-    #: the key, too many, a message too large)
+        #: the key, too many, a message too large)
         self.calls = 0
         self.refused = 0
         threading.Thread(target=self._accept, name="edgelab-channel", daemon=True).start()

@@ -452,8 +452,8 @@ class _CreatesFile:
 def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_device(state: Path, tls: bool) -> None:
     import socket
 
-    from edgelab.cluster import connect
     from edgelab.channel import encode
+    from edgelab.cluster import connect
 
     # (Defined here: the hosts' workers cannot import this module, and cloudpickle sends a nested function whole.)
     def _open_channel(dask_worker: object) -> tuple[str, int, bytes]:
