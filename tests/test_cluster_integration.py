@@ -566,7 +566,7 @@ def test_a_real_cluster_by_address_reports_measured_wall_time(
         assert wall[run.params["train"]["n_devices"]] == pytest.approx(expected)
     table1 = next(i for i in items if i.id == "park2020/table1")
     assert table1.clock.startswith("measured wall time on the attached cluster")
-    assert table1.verdict["fitted"] == []
+    assert table1.verdict.fitted == []
 
 
 def test_the_embedded_cluster_listens_on_loopback_only(cluster: DeviceCluster) -> None:
