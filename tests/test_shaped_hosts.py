@@ -862,7 +862,9 @@ def test_the_cluster_command_brings_delayed_hosts_up_reports_them_and_takes_them
     try:
         assert up.returncode == 0, up.stderr
         assert "1 hosts up, links 100 Mbit/s, 5 ms and 0.0% loss each way (by relay)" in up.stdout
-        assert "scheduler tls://10.216.0.1:8786, its processes running as nobody" in up.stdout  # TLS by default
+        # TLS by default; the processes run as whoever ran sudo, else as whoever ran the command
+        runs_as = os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
+        assert f"scheduler tls://10.216.0.1:8786, its processes running as {runs_as}" in up.stdout
         assert "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=" in up.stdout  # and what a client needs
         state = json.loads(edgelab("status").stdout)
         assert state["impairment"] == "relay" and state["spec"]["delay_ms"] == 5.0
