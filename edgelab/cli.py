@@ -366,6 +366,8 @@ class _Runner:
             _end_children()
             raise
         except Exception as exc:  # report and go on with the other notebooks
+            if _INTERRUPTED.is_set():  # the kernel died because we killed it
+                raise KeyboardInterrupt from exc
             error = _one_line(exc)
             seconds = time.perf_counter() - start
             log = self.reports / LOG_NAME
@@ -393,8 +395,19 @@ def _end_children() -> None:
     psutil.wait_procs(children, timeout=10)
 
 
-def _terminate_as_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (``timeout``, a cancelled job) ends a run as Ctrl-C does: what is done kept, nothing left running."""
+# Set by a Ctrl-C or SIGTERM during a run: an error that follows it is the interruption, not a failure.
+_INTERRUPTED = threading.Event()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """Ctrl-C and SIGTERM (``timeout``, a cancelled job) end a run: what is done kept, nothing left running.
+
+    The kernel and its devices are killed here, before the exception is raised: the notebook client
+    runs an event loop whose tasks may catch the exception and wait on (a base run lost one Ctrl-C so
+    in 1,700 tests), but none of them can go on waiting for a kernel that is gone.
+    """
+    _INTERRUPTED.set()
+    _end_children()
     raise KeyboardInterrupt
 
 
@@ -556,7 +569,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["EDGELAB_PERFORMANCE_REPORTS"] = str(Path(args.performance_reports).resolve())
     # Only the main thread may set a handler (main() called from another one keeps the default).
     in_main = threading.current_thread() is threading.main_thread()
-    previous_sigterm = signal.signal(signal.SIGTERM, _terminate_as_interrupt) if in_main else None
+    _INTERRUPTED.clear()
+    # A signal the caller ignores (``nohup``, a background job's SIGINT) stays ignored.
+    wanted = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, _interrupt) for sig in wanted} if in_main else {}
     try:
         failures = reproduce(
             args.profile,
@@ -575,8 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_report(root)
         return INTERRUPTED
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     page = write_report(root)
     _print_summary(root, page)
     return 1 if failures else 0

@@ -5,6 +5,7 @@ Needs root and iproute2 (as CI on the build machine has); skipped elsewhere, say
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -433,6 +434,74 @@ def test_a_local_user_without_the_clusters_key_cannot_reach_its_scheduler(hosts:
     assert done.stdout.splitlines()[0] == "key unreadable", done
     verdict = done.stdout.splitlines()[1]
     assert verdict == "closed" or verdict.split()[0] == "refused", done  # SSLError, SSLEOFError, reset: refused
+
+
+class _CreatesFile:
+    """Unpickled, creates ``path``: what an attacker's frame would run on a device that loaded it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+@needs_root
+@pytest.mark.integration
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "no-tls"])
+def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_device(state: Path, tls: bool) -> None:
+    import socket
+
+    from edgelab.channel import encode
+    from edgelab.cluster import connect
+
+    # (Defined here: the hosts' workers cannot import this module, and cloudpickle sends a nested function whole.)
+    def _open_channel(dask_worker: object) -> tuple[str, int, bytes]:
+        from edgelab.runtime import PLUGIN_NAME
+
+        return dask_worker.plugins[PLUGIN_NAME].open_channel()  # type: ignore[attr-defined]
+
+    def _refused(dask_worker: object) -> int:
+        from edgelab.runtime import PLUGIN_NAME
+
+        return dask_worker.plugins[PLUGIN_NAME].channel.refused  # type: ignore[attr-defined]
+
+    # Prepare: a world-writable folder (the devices run as nobody), every device's channel open as a run opens it;
+    # the attacker, on the hosts' network, knows where the channels listen but not their keys
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=tls)
+    hosts = sh.up(spec, folder=state)
+    drop = Path(tempfile.mkdtemp(prefix="edgelab-attack-"))
+    drop.chmod(0o777)
+    try:
+        cluster = connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security() if tls else None)
+        try:
+            endpoints = cluster.client.run(_open_channel)
+            before = cluster.client.run(_refused)
+
+            # Execute: to each device, one whole frame whose pickle would create a file there
+            targets = []
+            for i, (host, port, _) in enumerate(endpoints.values()):
+                targets.append(drop / f"created-on-device-{i}")
+                frame = b"".join(bytes(v) for v in encode(("double", (_CreatesFile(targets[-1]),))))
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(frame)
+                    sock.settimeout(10)
+                    with contextlib.suppress(ConnectionResetError):
+                        while sock.recv(4096):  # read until the device closes the connection
+                            pass
+
+            # Assert: the devices are other hosts, none created its file, and each counted the refusal
+            assert all(host.startswith("10.214.0.") for host, _, _ in endpoints.values())
+            assert not any(t.exists() for t in targets)
+            deadline = time.monotonic() + 10
+            while cluster.client.run(_refused) != {w: n + 1 for w, n in before.items()}:
+                assert time.monotonic() < deadline, (before, cluster.client.run(_refused))
+                time.sleep(0.05)
+        finally:
+            cluster.close()
+    finally:
+        sh.down(folder=state)
+        shutil.rmtree(drop, ignore_errors=True)
 
 
 @needs_root

@@ -50,6 +50,7 @@ import secrets
 import select
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -204,8 +205,6 @@ def _send_all(sock: socket.socket, view: memoryview, check: Callable[[], None] |
 
 
 def _is_tls(sock: socket.socket) -> bool:
-    import ssl
-
     return isinstance(sock, ssl.SSLSocket)
 
 
@@ -300,7 +299,8 @@ class ChannelServer:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        #: calls answered so far, and connections refused (no proof of the key, too many, a message too large)
+        #: calls answered so far, and connections refused (no TLS certificate of the cluster's CA, no proof of
+        #: the key, too many, a message too large)
         self.calls = 0
         self.refused = 0
         threading.Thread(target=self._accept, name="edgelab-channel", daemon=True).start()
@@ -327,7 +327,10 @@ class ChannelServer:
         try:
             conn.settimeout(HANDSHAKE_S)
             if self._ssl is not None:
-                conn = self._ssl.wrap_socket(conn, server_side=True)
+                try:
+                    conn = self._ssl.wrap_socket(conn, server_side=True)
+                except ssl.SSLError as exc:  # not TLS, or no certificate of the cluster's CA
+                    raise ChannelRefused(f"TLS handshake failed: {exc.reason}") from exc
             accept_handshake(conn, self.key)
             conn.settimeout(IDLE_TIMEOUT_S)
             with self._lock:
