@@ -452,17 +452,17 @@ class _CreatesFile:
 def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_device(state: Path, tls: bool) -> None:
     import socket
 
-    from edgelab.channel import encode
-    from edgelab.cluster import connect
+    from edgelab.runtime.channel import encode
+    from edgelab.runtime.devices import connect
 
     # (Defined here: the hosts' workers cannot import this module, and cloudpickle sends a nested function whole.)
     def _open_channel(dask_worker: object) -> tuple[str, int, bytes]:
-        from edgelab.runtime import PLUGIN_NAME
+        from edgelab.runtime.protocol import PLUGIN_NAME
 
         return dask_worker.plugins[PLUGIN_NAME].open_channel()  # type: ignore[attr-defined]
 
     def _refused(dask_worker: object) -> int:
-        from edgelab.runtime import PLUGIN_NAME
+        from edgelab.runtime.protocol import PLUGIN_NAME
 
         return dask_worker.plugins[PLUGIN_NAME].channel.refused  # type: ignore[attr-defined]
 
