@@ -1,4 +1,7 @@
-"""Pipeline inference: a model cut into stages, one stage per device worker."""
+"""Pipelines: a model cut into stages, one stage per device worker.
+
+For inference (a stream of inputs) and for training (GPipe-style micro-batches).
+"""
 
 from __future__ import annotations
 
