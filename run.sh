@@ -54,7 +54,7 @@ find_python() {
 }
 
 # Install edgelab and its dependencies into $VENV, byte-compiled. uv resolves the versions pip does
-# (README: the one exception) and a new .venv takes 45-86 s where pip takes 192 (measured 2026-11-28);
+# (docs/running.md: the one exception) and a new .venv takes 45-86 s where pip takes 192 (measured 2026-11-28);
 # pip does it where uv cannot be had (no wheel for this machine, no index) or EDGELAB_INSTALLER=pip.
 install_project() {
     local log

@@ -26,15 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgelab.cluster import connect
+from edgelab.common.paths import reports_dir
+from edgelab.common.results import atomic_write_text
 from edgelab.data import load_dataset
-from edgelab.devices import calibrate, get_profile
-from edgelab.paths import reports_dir
-from edgelab.pipeline.partition import flat_mobilenet_v2, jeon_cuts, partition, stage_model
+from edgelab.emulation.profiles import calibrate, get_profile
+from edgelab.emulation.stream_clock import compose
+from edgelab.models.mobilenet import flat_mobilenet_v2
+from edgelab.models.transfer import preprocess
+from edgelab.pipeline.partition import jeon_cuts, partition, stage_model
 from edgelab.pipeline.stream import Placement, stream
-from edgelab.pipeline.timeline import compose
-from edgelab.results import atomic_write_text
-from edgelab.transfer import preprocess
+from edgelab.runtime.devices import connect
 
 TARGET = 0.9
 

@@ -35,10 +35,10 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab.experiments import qiao_pipeline_training as exp
-from edgelab.paths import reports_dir
-from edgelab.pipeline import training_clock
-from edgelab.results import ResultsStore, atomic_write_text
+from edgelab.common.paths import reports_dir
+from edgelab.common.results import ResultsStore, atomic_write_text
+from edgelab.emulation import training_clock
+from edgelab.papers.qiao import pipeline_training as exp
 
 TARGET = 0.8
 

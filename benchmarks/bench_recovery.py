@@ -3,7 +3,7 @@
 The configuration of the issue that found the hangs: 3 emulated Pi 3B devices,
 LeNet-MLP, 19,200 MNIST images in shards, synchronization per batch. One
 undisturbed run, then ``--kills`` runs with one SIGKILL each, at seeded points
-that cover every phase of a run (``edgelab.train.PHASES``). Each run must
+that cover every phase of a run (``edgelab.train.data_parallel.PHASES``). Each run must
 finish with the undisturbed final weights, bit for bit, within a time limit
 (a run that hangs is reported as such and ends the benchmark).
 
@@ -26,13 +26,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from edgelab.cluster import connect
+from edgelab.cluster.faults import KillSchedule
+from edgelab.common.paths import reports_dir
+from edgelab.common.results import atomic_write_text
 from edgelab.data import load_dataset
-from edgelab.faults import KillSchedule
-from edgelab.fleet import RESTART_WAIT_S
-from edgelab.paths import reports_dir
-from edgelab.results import atomic_write_text
-from edgelab.train import PHASES, TrainConfig, TrainRun, phase_counts, train
+from edgelab.runtime.devices import connect
+from edgelab.runtime.fleet import RESTART_WAIT_S
+from edgelab.train.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
 
 DEFAULT_KILLS = 20
 DEFAULT_SAMPLES = 19_200
@@ -71,14 +71,14 @@ def kill_outcome(run: TrainRun, undisturbed: TrainRun) -> dict[str, Any]:
 def run_benchmark(*, kills: int, samples: int, seed: int, shaped: bool = False) -> dict[str, Any]:
     """The undisturbed run, then one run per seeded kill; every number measured.
 
-    ``shaped``: on shaped hosts (``edgelab.shaped_hosts``, root): real ``dask
+    ``shaped``: on shaped hosts (``edgelab.cluster.shaped_hosts``, root): real ``dask
     worker`` programs in their own network namespaces behind 100 Mbit/s links,
     each under its nanny, reached only through the scheduler's address.
     """
     if shaped:
         import tempfile
 
-        from edgelab import shaped_hosts
+        from edgelab.cluster import shaped_hosts
 
         with tempfile.TemporaryDirectory(prefix="edgelab-recovery-") as folder:
             spec = shaped_hosts.HostsSpec(devices=N_DEVICES, prefix="elr", subnet="10.216.0.0/24")

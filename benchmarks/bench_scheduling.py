@@ -1,6 +1,6 @@
 """Benchmark: the embedded devices under ``SCHED_BATCH`` against the kernel's default, side by side on one cluster.
 
-``edgelab.device_scheduling`` runs the embedded cluster's device workers
+``edgelab.cluster.device_scheduling`` runs the embedded cluster's device workers
 under Linux's ``SCHED_BATCH`` so that a device woken by its weights does not
 preempt the client mid-round. This measures what that changes: one cluster of
 10 emulated devices, the same LeNet-MLP rounds as ``bench_sync.py`` part A
@@ -36,12 +36,12 @@ from typing import Any  # noqa: E402
 
 from bench_training import host_info  # noqa: E402
 
-from edgelab import device_scheduling  # noqa: E402
-from edgelab.cluster import connect  # noqa: E402
+from edgelab.cluster import device_scheduling
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
-from edgelab.train import TrainConfig, train  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, train  # noqa: E402
 
 BATCH = 64
 #: (transport, devices) of every cell

@@ -5,13 +5,13 @@ batch) runs side by side on:
 
 1. the embedded emulated cluster, every byte over loopback: host wall per
    round, and the bytes each device moves per round;
-2. shaped hosts on this machine (``edgelab.shaped_hosts``: a network namespace
+2. shaped hosts on this machine (``edgelab.cluster.shaped_hosts``: a network namespace
    per device, its link rate-limited with ``tc`` at the Pi 3B's 100 Mbit/s;
    needs root).
 
 The link's real cost per round is the shaped round's wall minus the loopback
 round's. The emulated clock charges each device its bytes over its link
-(``edgelab.timeline``: pull + push); the two devices' links are separate, so a
+(``edgelab.emulation.timeline``: pull + push); the two devices' links are separate, so a
 round costs the slower device's. Latency is left out of that analytic time:
 the shaped links have none (no ``tc netem`` here). The ratio analytic / real is
 the headline: 1.0 means the emulated link charges what a real link of that rate
@@ -45,13 +45,14 @@ from typing import Any  # noqa: E402
 
 from bench_training import host_info, round_costs  # noqa: E402
 
-from edgelab import shaped_hosts  # noqa: E402
-from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.cluster import shaped_hosts
+from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.devices import get_profile  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
-from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.emulation.profiles import get_profile  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH_SIZE = 64
 DEVICES = 2

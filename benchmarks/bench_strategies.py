@@ -1,10 +1,10 @@
 """Benchmark: every synchronization choice beside the parameter server, in rounds/s and bytes, for 2, 5, 10 devices.
 
 The same LeNet-MLP, digits, batch 64 per device and seed as ``bench_sync.py``
-part A, one process per device on this host, through ``edgelab.train``:
+part A, one process per device on this host, through ``edgelab.train.data_parallel``:
 
 * ``ps_sync``: the parameter server over direct calls (the reference);
-* ``allreduce``: the devices' own reduce-scatter + all-gather (``edgelab.allreduce``);
+* ``allreduce``: the devices' own reduce-scatter + all-gather (``edgelab.peer.allreduce``);
 * ``sign_ef``, ``qsgd:4``, ``topk:0.01``: the parameter server with each
   device's update compressed (``edgelab.sync.compress``);
 * ``local_sgd_h4``: a round every 4 batches;
@@ -39,12 +39,12 @@ from typing import Any  # noqa: E402
 import pandas as pd  # noqa: E402
 from bench_training import host_info  # noqa: E402
 
-from edgelab.cluster import connect  # noqa: E402
+from edgelab.common.errors import ConfigError  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
-from edgelab.errors import ConfigError  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
-from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH = 64
 DEVICE_COUNTS = (2, 5, 10)

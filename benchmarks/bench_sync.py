@@ -1,7 +1,7 @@
 """Benchmark: what a synchronous round costs edgelab, against its floor and beside its peers, in one run.
 
 A. Per-round overhead against its floor, for 1, 2, 5 and 10 devices, each
-   transport (``edgelab.fleet.TRANSPORTS``, on the devices' round channels) and
+   transport (``edgelab.runtime.fleet.TRANSPORTS``, on the devices' round channels) and
    the direct one on Dask's comms as before them (``direct-dask``,
    ``EDGELAB_CHANNELS=0``): LeNet-MLP, batch 64, one round per batch. Overhead
    = a round's period (from its start to the next round's: the calls, the
@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sid
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # The kernels edgelab's device workers run (edgelab.cluster); the peers' processes inherit it.
+    # The kernels edgelab's device workers run (edgelab.cluster.device_cluster); the peers' processes inherit it.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import argparse  # noqa: E402
@@ -75,14 +75,16 @@ from bench_training import host_info  # noqa: E402
 from distributed.protocol import to_serialize  # noqa: E402
 from round_stages import CLIENT_STAGES, DEVICE_STAGES, stage_times, trace_rounds  # noqa: E402
 
-from edgelab.cluster import DeviceCluster, connect  # noqa: E402
+from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
+from edgelab.common.errors import ConfigError  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.errors import ConfigError  # noqa: E402
-from edgelab.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
-from edgelab.models import ModelSpec, build_model, prepare_images  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
-from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.models.builtin import ModelSpec, build_model, prepare_images  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.runtime.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
+from edgelab.runtime.tasks import echo  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 SIDES = Path(__file__).resolve().parent / "sides"
 BATCH = 64
@@ -158,7 +160,7 @@ def comm_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int = 5
 
 
 def channel_round_trip_s(cluster: DeviceCluster, *, repeats: int = 200) -> float:
-    """Median seconds of one small call and its reply on a device's round channel (``edgelab.channel``)."""
+    """Median seconds of one small call and its reply on a device's round channel (``edgelab.runtime.channel``)."""
     return channel_echo_s(cluster, 1, 0, repeats=repeats)
 
 
@@ -169,7 +171,7 @@ def channel_echo_s(cluster: DeviceCluster, n: int, nbytes: int, *, repeats: int 
     if fleet.channel_endpoints(devices) is None:
         raise RuntimeError("the devices' round channels could not be opened")
     payload = np.zeros(nbytes // 4, np.float32)
-    calls = {d: ("echo", payload) for d in devices}
+    calls = {d: (echo, payload) for d in devices}
     times = []
     for _ in range(repeats + 5):
         start = time.perf_counter()

@@ -18,7 +18,7 @@ import os
 import sys
 
 # Device workers run TensorFlow with one intra-op and one inter-op thread and
-# its oneDNN kernels (edgelab.cluster); the baseline here gets the same, read only at TF import.
+# its oneDNN kernels (edgelab.cluster.device_cluster); the baseline here gets the same, read only at TF import.
 THREAD_CAP = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 if "tensorflow" not in sys.modules:
     os.environ.update(THREAD_CAP)
@@ -38,12 +38,13 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from edgelab.cluster import MALLOC_TRIM, DeviceCluster, connect, start_environ  # noqa: E402
+from edgelab.cluster.device_cluster import MALLOC_TRIM, DeviceCluster, start_environ  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.models import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
-from edgelab.paths import reports_dir  # noqa: E402
-from edgelab.results import atomic_write_text  # noqa: E402
-from edgelab.train import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.models.builtin import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 TARGET_RATIO = 0.9  # edgelab epoch-sync samples/s over Keras fit samples/s
 BATCH_SIZE = 64  # the paper's batch size
@@ -151,7 +152,7 @@ def _scheduler_task_count(dask_scheduler: Any) -> int:
 
 
 def _train(cluster: DeviceCluster, dataset: Dataset, cfg: TrainConfig, *, timeout_s: float = 30.0) -> TrainRun:
-    """``edgelab.train.train``, then wait until the scheduler has forgotten the run's keys.
+    """``edgelab.train.data_parallel.train``, then wait until the scheduler has forgotten the run's keys.
 
     So the next measured run does not share the cluster with the release of
     this one's data.
@@ -286,7 +287,7 @@ def host_info() -> dict[str, Any]:
         "distributed": distributed.__version__,
         "numpy": np.__version__,
         "thread_cap_env": {k: os.environ.get(k) for k in (*THREAD_CAP, "TF_ENABLE_ONEDNN_OPTS")},
-        # Any value of it slows TensorFlow's allocations (see edgelab.cluster): unset on both sides.
+        # Any value of it slows TensorFlow's allocations (see edgelab.cluster.device_cluster): unset on both sides.
         "malloc_trim_threshold": start_environ(MALLOC_TRIM),
         "benchmark_process_tf": _tf_threads_check(),
     }

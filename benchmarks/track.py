@@ -1,7 +1,7 @@
 """Run the benchmarks with one command and keep their headline ratios with the history of earlier runs.
 
 Each benchmark measures its ratios side by side in one run and writes its own
-JSON under ``reports/benchmarks/`` (see README.md); this runs them one after the
+JSON under ``reports/benchmarks/`` (see benchmarks/README.md); this runs them one after the
 other, each in a process of its own, reads the headline numbers back, and
 appends one record to ``reports/benchmarks/history.jsonl``: the date, the
 commit, the host and its load, and for each headline its value, its target

@@ -8,7 +8,7 @@ reproduction (or the other way round): each notebook writes its figures, tables
 and manifest entries there, and the executed notebooks go to its ``notebooks/``.
 
 The console shows progress only: a bar over the notebooks and one over the runs
-inside the current notebook (``edgelab.progress``), and a line per notebook.
+inside the current notebook (``edgelab.common.progress``), and a line per notebook.
 Everything the kernel, TensorFlow and Dask print goes to ``reproduce.log``
 beside the reports. A notebook that ran to the end with the same inputs (its
 source, its parameters, the edgelab code, the data directory) is not run again:
@@ -30,17 +30,20 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgelab import catalog, progress, report_page
-from edgelab.environ import environment
-from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT, cache_dir, reports_dir
-from edgelab.report import update_manifest
-from edgelab.results import atomic_write_text
+from edgelab.common import progress
+from edgelab.common.environ import environment
+from edgelab.common.errors import ConfigError
+from edgelab.common.paths import REPO_ROOT, cache_dir, reports_dir
+from edgelab.common.results import atomic_write_text
+from edgelab.report import catalog
+from edgelab.report import page as report_page
+from edgelab.report.manifest import update_manifest
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
@@ -50,15 +53,10 @@ INTERRUPTED = 130
 
 
 def _experiment(notebook: Path) -> Any:
-    """The experiment module behind a notebook (same name), or None for a notebook that has none."""
-    import importlib
+    """The experiment module behind a notebook (``edgelab.papers.EXPERIMENTS``), or None for one that has none."""
+    from edgelab import papers
 
-    try:
-        return importlib.import_module(f"edgelab.experiments.{notebook.stem}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"edgelab.experiments.{notebook.stem}":
-            raise  # the module exists but one of its imports is missing: say so
-        return None
+    return papers.experiment(notebook.stem)
 
 
 def full_parameters(notebook: Path) -> dict[str, Any]:
@@ -83,7 +81,7 @@ def notebook_parameters(
     """Papermill parameters of one notebook under a profile, writing into ``reports``.
 
     Smoke injects nothing: the notebook runs as committed, and its own default
-    (``edgelab.paths.reports_dir``) is the smoke reproduction's. A scheduler
+    (``edgelab.common.paths.reports_dir``) is the smoke reproduction's. A scheduler
     address goes to every notebook that trains on a cluster (its ``scheduler_address``
     parameter, which its results record), instead of the embedded cluster.
     """
@@ -156,7 +154,7 @@ NOTEBOOK_IDS = {
 }
 LOG_NAME = "reproduce.log"
 # The command and the page: code no notebook runs, so changing it does not make a notebook stale.
-OUTSIDE_NOTEBOOKS = ("cli.py", "report_page.py")
+OUTSIDE_NOTEBOOKS = ("cli.py", "report/page.py")
 STATUS_NAME = "reproduce.json"
 
 
@@ -274,11 +272,9 @@ def reproduce(
     import papermill
     from tqdm import tqdm
 
-    out_dir = reports / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    (reports / "notebooks").mkdir(parents=True, exist_ok=True)
     status = Status(reports)
     log = reports / LOG_NAME
-    failures = 0
     with contextlib.ExitStack() as stack:
         console: TextIO = stack.enter_context(_output_to(log)) if quiet else sys.stdout
         if quiet:
@@ -286,82 +282,106 @@ def reproduce(
         # Bars on a terminal; a log or a pipe gets only the lines.
         bar = stack.enter_context(tqdm(total=len(notebooks), unit="notebook", file=console, disable=None, position=0))
         runs = stack.enter_context(tqdm(total=0, unit="run", file=console, disable=None, position=1, leave=False))
+        runner = _Runner(profile, reports, scheduler_address, force, status, console, bar, runs)
+        return sum(runner.run(nb, papermill.execute_notebook) for nb in notebooks)
 
-        def say(line: str) -> None:
-            tqdm.write(line, file=console)
 
-        def on_runs(done: int, total: int, label: str) -> None:
-            if done == 0:
-                runs.reset(total=total)
-            else:
-                runs.update(done - runs.n)
-                runs.set_postfix_str(label[:60], refresh=True)
+@dataclass
+class _Runner:
+    """What every notebook of one ``reproduce`` shares: where it writes, what it prints to, its bars (tqdm)."""
 
-        for nb in notebooks:
-            bar.set_description(nb.stem)
-            reason = missing_data(nb)
-            if reason:
-                # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
-                say(f"edgelab: skipping {nb.name}: {reason}")
-                status.record(nb, "skipped", reason=reason)
-                bar.update()
-                continue
-            params = notebook_parameters(profile, nb, reports, scheduler_address)
-            target = out_dir / nb.name
-            digest = inputs_digest(profile, nb, params)
-            if not force and status.up_to_date(nb, digest, target):
-                say(f"edgelab: {nb.name} is up to date (same notebook, parameters, code and data); --force runs it")
-                bar.update()
-                continue
-            start = time.perf_counter()
-            name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
-            say(f"edgelab: running {name} ({profile}) -> {target}")
-            runs.reset(total=0)
-            # Until it finishes, the report says it did not (an interruption leaves it so).
-            status.record(nb, "started", profile=profile)
-            progress_path = reports / f".{nb.stem}.progress"
-            # The kernel and every process it starts keep their temporary files (TensorFlow's traced
-            # functions, Dask's spill space) in a folder of the notebook's, removed when it ends: a killed
-            # kernel removes nothing itself, and 19 notebooks left hundreds of files in /tmp a run.
-            scratch = tempfile.TemporaryDirectory(prefix=f"edgelab-{nb.stem}-", ignore_cleanup_errors=True)
-            try:
-                with (
-                    progress.Follower(progress_path, on_runs),
-                    environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
-                ):
-                    # Every cell's output is in when the last cell ends, so the kernel is killed, its process
-                    # group with it (fork server, any device left running), instead of asked to exit: a kernel
-                    # with TensorFlow loaded takes 2-3 s to exit gracefully, 19 times a run.
-                    papermill.execute_notebook(
-                        str(nb),
-                        str(target),
-                        parameters=params,
-                        cwd=str(nb.parent),
-                        progress_bar=False,
-                        shutdown_kernel="immediate",
-                    )
-            except KeyboardInterrupt:
-                # papermill leaves the kernel running when interrupted, and with it its devices, which would
-                # go on writing into the scratch folder removed below and training on the cores.
-                _end_children()
-                raise
-            except Exception as exc:  # report and go on with the other notebooks
-                if _INTERRUPTED.is_set():  # the kernel died because we killed it
-                    raise KeyboardInterrupt from exc
-                failures += 1
-                error = _one_line(exc)
-                seconds = time.perf_counter() - start
-                say(f"edgelab: {nb.name} FAILED after {seconds:.0f} s: {error} (details: {log}, {target})")
-                status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=profile)
-                continue
-            finally:
-                scratch.cleanup()
-                progress_path.unlink(missing_ok=True)
-                bar.update()
+    profile: str
+    reports: Path
+    scheduler_address: str | None
+    force: bool
+    status: Status
+    console: TextIO
+    bar: Any  # the notebooks done
+    runs: Any  # the runs done inside the notebook that runs
+
+    def say(self, line: str) -> None:
+        """Print ``line`` above the bars."""
+        from tqdm import tqdm
+
+        tqdm.write(line, file=self.console)
+
+    def on_runs(self, done: int, total: int, label: str) -> None:
+        """The notebook that runs finished ``done`` of its ``total`` runs, the last ``label``."""
+        if done == 0:
+            self.runs.reset(total=total)
+        else:
+            self.runs.update(done - self.runs.n)
+            self.runs.set_postfix_str(label[:60], refresh=True)
+
+    def run(self, nb: Path, execute_notebook: Callable[..., Any]) -> bool:
+        """Run ``nb`` with ``execute_notebook`` (papermill's) unless its data is missing or it is up to date.
+
+        Returns whether it failed.
+        """
+        self.bar.set_description(nb.stem)
+        reason = missing_data(nb)
+        if reason:
+            # Not a failure of the suite: the notebook's items stay "not run" in the manifest, and we say why.
+            self.say(f"edgelab: skipping {nb.name}: {reason}")
+            self.status.record(nb, "skipped", reason=reason)
+            self.bar.update()
+            return False
+        params = notebook_parameters(self.profile, nb, self.reports, self.scheduler_address)
+        target = self.reports / "notebooks" / nb.name
+        digest = inputs_digest(self.profile, nb, params)
+        if not self.force and self.status.up_to_date(nb, digest, target):
+            self.say(f"edgelab: {nb.name} is up to date (same notebook, parameters, code and data); --force runs it")
+            self.bar.update()
+            return False
+        start = time.perf_counter()
+        name = nb.relative_to(REPO_ROOT) if nb.is_relative_to(REPO_ROOT) else nb
+        self.say(f"edgelab: running {name} ({self.profile}) -> {target}")
+        self.runs.reset(total=0)
+        # Until it finishes, the report says it did not (an interruption leaves it so).
+        self.status.record(nb, "started", profile=self.profile)
+        progress_path = self.reports / f".{nb.stem}.progress"
+        # The kernel and every process it starts keep their temporary files (TensorFlow's traced
+        # functions, Dask's spill space) in a folder of the notebook's, removed when it ends: a killed
+        # kernel removes nothing itself, and 19 notebooks left hundreds of files in /tmp a run.
+        scratch = tempfile.TemporaryDirectory(prefix=f"edgelab-{nb.stem}-", ignore_cleanup_errors=True)
+        try:
+            with (
+                progress.Follower(progress_path, self.on_runs),
+                environment({progress.ENV: str(progress_path), "TMPDIR": scratch.name}),
+            ):
+                # Every cell's output is in when the last cell ends, so the kernel is killed, its process
+                # group with it (fork server, any device left running), instead of asked to exit: a kernel
+                # with TensorFlow loaded takes 2-3 s to exit gracefully, 19 times a run.
+                execute_notebook(
+                    str(nb),
+                    str(target),
+                    parameters=params,
+                    cwd=str(nb.parent),
+                    progress_bar=False,
+                    shutdown_kernel="immediate",
+                )
+        except KeyboardInterrupt:
+            # papermill leaves the kernel running when interrupted, and with it its devices, which would
+            # go on writing into the scratch folder removed below and training on the cores.
+            _end_children()
+            raise
+        except Exception as exc:  # report and go on with the other notebooks
+            if _INTERRUPTED.is_set():  # the kernel died because we killed it
+                raise KeyboardInterrupt from exc
+            error = _one_line(exc)
             seconds = time.perf_counter() - start
-            say(f"edgelab: {nb.name} done in {seconds:.0f} s")
-            status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=profile)
-    return failures
+            log = self.reports / LOG_NAME
+            self.say(f"edgelab: {nb.name} FAILED after {seconds:.0f} s: {error} (details: {log}, {target})")
+            self.status.record(nb, "failed", error=error, seconds=round(seconds, 1), profile=self.profile)
+            return True
+        finally:
+            scratch.cleanup()
+            progress_path.unlink(missing_ok=True)
+            self.bar.update()
+        seconds = time.perf_counter() - start
+        self.say(f"edgelab: {nb.name} done in {seconds:.0f} s")
+        self.status.record(nb, "done", inputs=digest, seconds=round(seconds, 1), profile=self.profile)
+        return False
 
 
 def _end_children() -> None:
@@ -414,9 +434,9 @@ def _print_summary(root: Path, page: Path) -> None:
 
 
 def cluster_command(args: argparse.Namespace) -> int:
-    """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.shaped_hosts``."""
-    from edgelab import shaped_hosts
-    from edgelab.errors import ClusterError
+    """``edgelab cluster up|down|status``: the shaped hosts of ``edgelab.cluster.shaped_hosts``."""
+    from edgelab.cluster import shaped_hosts
+    from edgelab.common.errors import ClusterError
 
     try:
         if args.action == "up":
@@ -440,7 +460,7 @@ def cluster_command(args: argparse.Namespace) -> int:
                 f"its processes running as {hosts.account}"
             )
             if hosts.certificates:
-                from edgelab.tls import Certificates
+                from edgelab.cluster.tls import Certificates
 
                 exports = " ".join(f"{k}={v}" for k, v in Certificates(hosts.certificates).client_environment().items())
                 print(f"  TLS only; a client needs its certificate, e.g.:\n  export {exports}")
@@ -545,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item_id in unrendered:
             print(f"edgelab: {item_id}: {catalog.not_yet(item_id)}")
     reports = profile_reports_dir(args.profile, root)
-    if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.experiments.harness.run)
+    if args.performance_reports:  # the notebooks' kernels inherit it (edgelab.papers.harness.run)
         os.environ["EDGELAB_PERFORMANCE_REPORTS"] = str(Path(args.performance_reports).resolve())
     # Only the main thread may set a handler (main() called from another one keeps the default).
     in_main = threading.current_thread() is threading.main_thread()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
+from edgelab.runtime.devices import connect
 
 #: Training digits of the shared ``dataset`` fixture.
 N_TRAIN = 256

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab.allreduce import check_weights, slice_bounds
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
+from edgelab.peer.allreduce import check_weights
+from edgelab.sync.topology import slice_bounds
 
 
 @pytest.mark.parametrize(("length", "n"), [(10, 3), (109_386, 10), (3, 5), (0, 2), (7, 1)])

@@ -2,7 +2,7 @@
 
 A real three-device cluster. With a compressor each device encodes its own
 delta (the same seeded rng and residual as under ``transport="direct"``) and the
-devices all-gather the encoded updates (``edgelab.allreduce``): every device
+devices all-gather the encoded updates (``edgelab.peer.allreduce``): every device
 decodes all of them in device order and takes the parameter server's step.
 """
 
@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import Kill
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
-from edgelab.faults import Kill
-from edgelab.peer_messages import serialized
+from edgelab.peer.messages import serialized
 from edgelab.sync.compress import build_compressor
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update"]

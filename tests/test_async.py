@@ -6,16 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.async_schedule import run_schedule, simulate
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError, DeviceOutOfMemory
 from edgelab.data import Dataset
-from edgelab.device_model import DeviceModel
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError, DeviceOutOfMemory
-from edgelab.model_costs import training_flops_per_sample, weight_count
+from edgelab.emulation.async_schedule import run_schedule, simulate
+from edgelab.emulation.device_model import DeviceModel
+from edgelab.emulation.profiles import get_profile
+from edgelab.emulation.timeline import Topology
+from edgelab.models.costs import training_flops_per_sample, weight_count
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
-from edgelab.timeline import Topology
-from edgelab.train import TrainConfig, train
+from edgelab.train.data_parallel import TrainConfig, train
 
 
 def test_one_device_is_never_stale() -> None:

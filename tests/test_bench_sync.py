@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.train import TrainConfig, TrainRun
+from edgelab.common.errors import ConfigError
+from edgelab.train.data_parallel import TrainConfig, TrainRun
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -281,18 +281,20 @@ def test_stages_need_more_rounds_than_the_warmup_and_a_short_run_leaves_out_a_qu
 
 def test_a_traced_run_has_every_stage_and_leaves_both_ends_as_they_were(bench_sync, cluster, dataset) -> None:  # type: ignore[no-untyped-def]
     # Prepare: direct rounds of two devices on the module's real cluster (32 rounds: 2 epochs of 16)
-    import edgelab.channel as channel
-    from edgelab.train import train
+    import edgelab.runtime.channel as channel
+    from edgelab.train.data_parallel import train
 
     def untraced() -> dict[str, bool]:
-        import edgelab.channel
-        import edgelab.round_wire
-        import edgelab.runtime
+        import edgelab.runtime.channel
+        import edgelab.runtime.protocol
+        import edgelab.runtime.round_wire
+        import edgelab.runtime.tasks
 
         return {
-            "frames": edgelab.channel.receive_frame.__module__ == "edgelab.channel",
-            "rounds": edgelab.runtime.DIRECT_FUNCTIONS["train_round"] is edgelab.runtime.train_round,
-            "replies": edgelab.round_wire.encode_reply.__module__ == "edgelab.round_wire",
+            "frames": edgelab.runtime.channel.receive_frame.__module__ == "edgelab.runtime.channel",
+            "rounds": edgelab.runtime.protocol.resolve(edgelab.runtime.round_wire.ROUND_FN).func
+            is edgelab.runtime.tasks.train_round,
+            "replies": edgelab.runtime.round_wire.encode_reply.__module__ == "edgelab.runtime.round_wire",
         }
 
     cfg = TrainConfig(model="mlp", n_devices=2, batch_size=8, epochs=2, worker_data="full")

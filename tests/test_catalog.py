@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from edgelab import catalog, cli
-from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT
+from edgelab import cli
+from edgelab.common.errors import ConfigError
+from edgelab.common.paths import REPO_ROOT
+from edgelab.report import catalog
 
 
 def _shared_catalog() -> Path:

@@ -21,8 +21,12 @@ import dask.config as dask_config
 import numpy as np
 import pytest
 
-from edgelab import channel
-from edgelab.channel import (
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.tls import make_certificates
+from edgelab.common.wire import Flat, Packed
+from edgelab.data import Dataset
+from edgelab.runtime import channel
+from edgelab.runtime.channel import (
     ChannelClosed,
     ChannelRefused,
     Channels,
@@ -32,13 +36,10 @@ from edgelab.channel import (
     receive_message,
     send_message,
 )
-from edgelab.cluster import DeviceCluster, connect
-from edgelab.data import Dataset
-from edgelab.fleet import CHANNELS_ENV
-from edgelab.runtime import PLUGIN_NAME
-from edgelab.tls import make_certificates
-from edgelab.train import TrainConfig, train
-from edgelab.wire import Flat, Packed
+from edgelab.runtime.devices import connect
+from edgelab.runtime.fleet import CHANNELS_ENV
+from edgelab.runtime.protocol import PLUGIN_NAME
+from edgelab.train.data_parallel import TrainConfig, train
 
 
 def _echo_back(value: Any) -> Any:
@@ -527,16 +528,17 @@ def test_an_idle_channel_is_closed_by_the_device_and_the_client_opens_a_new_one_
 def test_a_forged_piece_for_another_run_or_installation_is_dropped() -> None:
     from types import SimpleNamespace
 
-    from edgelab.peer_messages import Inbox, receive
+    from edgelab.peer.messages import receive
+    from edgelab.peer.state import Inbox
 
     # Prepare: a device in run "r1", installation token 7
     inbox = Inbox()
     rt = SimpleNamespace(peers={"r1": SimpleNamespace(token=7, inbox=inbox)})
 
     # Execute: a piece for another run, one with a wrong token, then the real one
-    other_run = receive(rt, "r2", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
-    wrong_token = receive(rt, "r1", 8, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
-    real = receive(rt, "r1", 7, 0, "reduce", 1, 10, None)  # type: ignore[arg-type]
+    other_run = receive(rt, "r2", 7, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
+    wrong_token = receive(rt, "r1", 8, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
+    real = receive(rt, "r1", 7, (0, "reduce"), 1, 10, None)  # type: ignore[arg-type]
 
     # Assert: only the real one is taken
     assert (other_run, wrong_token, real) == ("dropped", "dropped", "OK")

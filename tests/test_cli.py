@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from edgelab import cli
-from edgelab.experiments import park2020_lenet
+from edgelab.papers.park2020 import lenet as park2020_lenet
 
 NOTEBOOK = cli.NOTEBOOKS_DIR / "park2020_lenet.ipynb"
 
@@ -126,7 +126,7 @@ def test_unknown_profile_is_refused_naming_the_allowed_ones(capsys: pytest.Captu
 
 
 def test_notebook_ids_are_catalog_ids_and_each_rendered_once() -> None:
-    from edgelab import catalog
+    from edgelab.report import catalog
 
     ids = [i for nb_ids in cli.NOTEBOOK_IDS.values() for i in nb_ids]
     assert len(ids) == len(set(ids))
@@ -230,7 +230,7 @@ def test_reproduce_logs_library_output_reports_progress_resumes_and_survives_a_f
     good = _notebook(
         tmp_path / "tiny_runs.ipynb",
         "import os\nos.write(2, b'I0000 library start-up noise\\n')",
-        "from edgelab import progress\nfor done in range(3):\n    progress.report(done, 2, f'run {done}')",
+        "from edgelab.common import progress\nfor done in range(3):\n    progress.report(done, 2, f'run {done}')",
     )
     bad = _notebook(tmp_path / "tiny_fails.ipynb", "raise RuntimeError('the device caught fire')")
     reports = tmp_path / "reports"

@@ -32,9 +32,9 @@ import pytest
 import yaml
 from check_jsonschema.builtin_schemas import get_builtin_schema
 
-from edgelab import shaped_hosts
-from edgelab.cluster import TIER, device_names, device_resource, tier_resource
-from edgelab.devices import get_profile
+from edgelab.cluster import shaped_hosts
+from edgelab.cluster.device_cluster import TIER, device_names, device_resource, tier_resource
+from edgelab.emulation.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "cluster" / "compose"
@@ -624,7 +624,7 @@ def test_install_script_refuses_bad_arguments_before_doing_anything(args: list[s
 
 @pytest.mark.parametrize("present", [[], ["ca.pem", "worker.pem"]], ids=["empty", "no-key"])
 def test_install_script_refuses_a_tls_dir_without_the_certificates(tmp_path: Path, present: list[str]) -> None:
-    # Prepare: a folder missing some of what python -m edgelab.tls writes
+    # Prepare: a folder missing some of what python -m edgelab.cluster.tls writes
     for name in present:
         (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\n", encoding="utf-8")
     args = ["--scheduler", "tls://10.0.0.1:8786", "--device", "pi3b-0", "--tls-dir", str(tmp_path)]

@@ -21,12 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.cluster import MALLOC_TRIM, ONEDNN, ONEDNN_ISA, DeviceCluster, connect, start_environ
+from edgelab.cluster.device_cluster import MALLOC_TRIM, ONEDNN, ONEDNN_ISA, DeviceCluster, start_environ
+from edgelab.common.errors import ClusterError, ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ClusterError, ConfigError
-from edgelab.models import ModelSpec, parameter_count
-from edgelab.runtime import PLUGIN_NAME, initial_weights
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.models.builtin import ModelSpec, parameter_count
+from edgelab.runtime.devices import connect
+from edgelab.runtime.protocol import PLUGIN_NAME
+from edgelab.runtime.tasks import initial_weights
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +150,7 @@ def _thread_policies() -> dict[str, str]:
 def test_every_thread_of_a_device_runs_under_sched_batch_and_the_cluster_records_it(
     cluster: DeviceCluster, runs: list[TrainRun]
 ) -> None:
-    # A device woken by its weights must not preempt the client mid-round (edgelab.device_scheduling).
+    # A device woken by its weights must not preempt the client mid-round (edgelab.cluster.device_scheduling).
     # Execute: after training, so TensorFlow's threads exist (started once the runtime was set up)
     policies = cluster.client.run(_thread_policies)
 
@@ -355,7 +357,8 @@ def test_a_finished_run_leaves_nothing_on_the_scheduler_without_waiting_for_the_
 _LAUNCHER_SCRIPT = """
 import json, os, sys
 import psutil
-from edgelab.cluster import connect, start_device_launcher
+from edgelab.cluster.device_cluster import start_device_launcher
+from edgelab.runtime.devices import connect
 
 def main():
     me = psutil.Process()
@@ -395,7 +398,7 @@ def test_memory_needs_are_probed_side_by_side_once_per_model_and_batch(
 ) -> None:
     from distributed import get_task_stream
 
-    from edgelab import train as train_module
+    from edgelab.train import data_parallel as train_module
 
     # Prepare: nothing measured yet; two models, the first asked for twice (another device count, the same step)
     monkeypatch.setattr(train_module, "_PROBED", {})
@@ -463,7 +466,7 @@ def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
     cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare: restart pi3b-1's worker process (a real kill and respawn by its nanny) after round 2
-    import edgelab.train as train_module
+    from edgelab.train import data_parallel as train_module
 
     real_build = train_module.build_strategy
     restarted_at: list[str] = []
@@ -528,9 +531,9 @@ def test_round_zero_costs_what_later_rounds_cost(
 def test_a_real_cluster_by_address_reports_measured_wall_time(
     cluster: DeviceCluster, dataset: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.experiments import park2020_lenet as lenet
-    from edgelab.figures.park2020 import render_lenet
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
+    from edgelab.papers.park2020 import lenet
+    from edgelab.papers.park2020.lenet_figures import render_lenet
 
     # Prepare: the test cluster reached the way a real one is, by its scheduler's address
     monkeypatch.setenv("EDGELAB_DATA_DIR", str(tmp_path / "no-data"))
@@ -573,6 +576,8 @@ def test_the_embedded_cluster_listens_on_loopback_only(cluster: DeviceCluster) -
     import inspect
     from urllib.parse import urlparse
 
+    from edgelab.cluster import device_cluster
+
     # Execute: where the scheduler, the workers and the dashboard listen
     scheduler = cluster.client.scheduler.address
     workers = list(_workers(cluster))
@@ -582,4 +587,4 @@ def test_the_embedded_cluster_listens_on_loopback_only(cluster: DeviceCluster) -
     assert scheduler.startswith("tcp://127.0.0.1:")
     assert all(w.startswith("tcp://127.0.0.1:") for w in workers)
     assert dashboard == "127.0.0.1"
-    assert inspect.signature(connect).parameters["dashboard_address"].default.startswith("127.0.0.1:")
+    assert inspect.signature(device_cluster.connect).parameters["dashboard_address"].default.startswith("127.0.0.1:")

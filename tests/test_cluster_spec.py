@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from edgelab import cluster
-from edgelab.devices import get_profile
+from edgelab.cluster import device_cluster as cluster
+from edgelab.emulation.profiles import get_profile
 
 SPEC = Path(__file__).resolve().parents[1] / "cluster" / "emulated-pi3b.yaml"
 

@@ -1,4 +1,4 @@
-"""Communication patterns as schedules (edgelab.collectives) and their run on real Dask workers."""
+"""Communication patterns as schedules (edgelab.collectives.schedules) and their run on real Dask workers."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.collectives import (
+from edgelab.collectives.schedules import (
     ALLREDUCE_PATTERNS,
     build_schedule,
     emulated_seconds,
     formula,
     gossip_distances,
-    neighbours,
     simulate,
 )
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_comm_architectures as exp
+from edgelab.common.errors import ConfigError
+from edgelab.papers.qiao import comm_architectures as exp
+from edgelab.sync.topology import neighbours
 
 
 def _vectors(n: int, length: int, seed: int = 0) -> list[np.ndarray]:
@@ -155,7 +155,7 @@ def test_emulated_time_is_steps_in_sequence_each_a_latency_plus_its_busiest_port
 def test_patterns_on_real_workers_match_the_simulation_and_count_real_bytes(
     shared_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
 
     # Prepare: three workers and one server (four device processes), real LeNet-MLP gradients
     monkeypatch.delenv("EDGELAB_SCHEDULER", raising=False)

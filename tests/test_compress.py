@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync.compress import (
     QSGD,
     TERNGRAD_CLIP_STD,

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab import compressed_p2p
-from edgelab.errors import ConfigError
-from edgelab.experiments import harness
-from edgelab.experiments import qiao_comm_architectures as exp
-from edgelab.experiments.qiao_comm_compressed import CompressedRun
+from edgelab.collectives import compressed_p2p
+from edgelab.common.errors import ConfigError
+from edgelab.papers import harness
+from edgelab.papers.qiao import comm_architectures as exp
+from edgelab.papers.qiao.comm_compressed import CompressedRun
 
 #: Two layers of 600 and 400 elements: the per-layer counts below follow from them.
 SIZES = [600, 400]
@@ -81,7 +81,7 @@ def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str
 def test_compressed_rerun_counts_serialized_bytes_and_leaves_dense_runs_valid(
     shared_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
 
     # Prepare: the dense runs stored first, by a plan that asks for no compressed rerun
     monkeypatch.delenv("EDGELAB_SCHEDULER", raising=False)

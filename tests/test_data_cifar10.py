@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data import cifar10 as cifar
 from edgelab.data import load_dataset
 from edgelab.data.cifar10 import CLASS_NAMES, load_cifar10
 from edgelab.data.sources import DOWNLOAD_TIMEOUT_S
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 BATCH_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 # README of the shared data, section CIFAR-10: class counts of the lossless subset.

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.cifar10 import CLASS_NAMES as CIFAR10_NAMES
 from edgelab.data.cifar100 import STANDIN_COARSE_NAMES, STANDIN_NOTE, coarse_of, load_cifar100
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 SAMPLE = "cifar100/cifar100_test_first20.npz"
 LABEL_MAPS = "cifar100/cifar100_label_maps.npz"

@@ -8,16 +8,16 @@ import sys
 
 import pytest
 
-from edgelab import device_scheduling
-from edgelab.cluster import connect
-from edgelab.errors import ConfigError
+from edgelab.cluster import device_scheduling
+from edgelab.common.errors import ConfigError
+from edgelab.runtime.devices import connect
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 
 # Applies a policy in a fresh interpreter (never to the test process's own threads), then starts a thread.
 _APPLY = """
 import os, threading, sys
-from edgelab import device_scheduling as d
+from edgelab.cluster import device_scheduling as d
 seen = []
 early = threading.Thread(target=lambda: threading.Event().wait(0.5))
 early.start()  # running before the policy is applied: it must be set too

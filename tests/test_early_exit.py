@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab import early_exit as ee
-from edgelab import early_exit_routing as routing
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_early_exits as exp
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.hierarchy import early_exit as ee
+from edgelab.hierarchy import early_exit_routing as routing
+from edgelab.papers.qiao import early_exits as exp
 
 D = 2  # end devices in the cluster tests
 SAMPLES, BATCH = 40, 20
@@ -150,7 +150,7 @@ def test_views_are_seeded_per_device() -> None:
 @pytest.fixture(scope="module")
 def hierarchy() -> Iterator[DeviceCluster]:
     """end-0, end-1, edge-0, cloud-0: a worker process each."""
-    from edgelab.hierarchy import start_hierarchy
+    from edgelab.runtime.devices import start_hierarchy
 
     with start_hierarchy(exp.EarlyExitParams(devices=D).hierarchy(), dashboard_address="127.0.0.1:0") as cluster:
         yield cluster
@@ -229,9 +229,9 @@ def test_at_t_zero_even_a_sample_with_eta_exactly_zero_goes_to_the_cloud(hierarc
 def test_the_experiment_renders_both_items(
     hierarchy: DeviceCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.figures import qiao_early_exits as figures
-    from edgelab.report import update_manifest
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
+    from edgelab.papers.qiao import early_exits_figures as figures
+    from edgelab.report.manifest import update_manifest
 
     monkeypatch.setenv("EDGELAB_OFFLINE", "1")
     (tmp_path / "no-data").mkdir()
@@ -284,7 +284,7 @@ def test_c20_is_judged_on_the_median_of_the_trainings() -> None:
 
     # Execute
     judged = exp.judge_c20(table)
-    from edgelab.figures import qiao_early_exits as figures
+    from edgelab.papers.qiao import early_exits_figures as figures
 
     result = figures.c20_verdict(judged, table)
 

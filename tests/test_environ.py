@@ -1,4 +1,4 @@
-"""edgelab.environ.environment: variables set for a block, each put back as it was, even after an error."""
+"""edgelab.common.environ.environment: variables set for a block, each put back as it was, even after an error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from edgelab.environ import environment
+from edgelab.common.environ import environment
 
 
 def test_a_process_started_inside_sees_the_values_and_each_variable_is_put_back(

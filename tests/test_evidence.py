@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from edgelab import catalog, verdict
-from edgelab.paths import REPO_ROOT
-from edgelab.report import ReportItem, WrongResultError, update_manifest
-from edgelab.verdict import Basis, Check, Noise, Verdict, decide
+from edgelab.common.paths import REPO_ROOT
+from edgelab.report import catalog, verdict
+from edgelab.report.manifest import ReportItem, WrongResultError, update_manifest
+from edgelab.report.verdict import Basis, Check, Noise, Verdict, decide
 
 MANIFESTS = [REPO_ROOT / "reports" / "manifest.json", REPO_ROOT / "reports" / "full-profile" / "manifest.json"]
 FIGURES = REPO_ROOT / "edgelab" / "figures"
@@ -147,7 +147,7 @@ def test_a_verdict_cannot_be_made_by_hand() -> None:
 
 
 def test_a_report_item_takes_a_verdict_from_the_policy_only(tmp_path: Path) -> None:
-    from edgelab.errors import ConfigError
+    from edgelab.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="verdict"):
         ReportItem("park2020/fig1", [], {"status": "reproduced"}, data_source={}, clock="", paper_values_shown=False)  # type: ignore[arg-type]

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from edgelab import shaped_hosts
-from edgelab.errors import ConfigError
-from edgelab.faults import Kill, KillSchedule
+from edgelab.cluster import shaped_hosts
+from edgelab.cluster.faults import Kill, KillSchedule
+from edgelab.common.errors import ConfigError
 
 PHASES = {"load": 1, "train": 10}
 LINKS = shaped_hosts.ShapedHosts(shaped_hosts.HostsSpec(devices=2), "tcp://10.213.0.1:8786", "elbr0")

@@ -11,12 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgelab.cluster import device_resource
-from edgelab.errors import ConfigError
-from edgelab.experiments.zhang2018_faults import FaultsParams
-from edgelab.fault_tolerance import FaultClock, check_job, default_fail_after, failing_devices, run_job
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, start_hierarchy
-from edgelab.tiered import deploy
+from edgelab.cluster.device_cluster import device_resource
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec
+from edgelab.hierarchy.fault_tolerance import FaultClock, check_job, default_fail_after, failing_devices, run_job
+from edgelab.hierarchy.tiered import deploy
+from edgelab.papers.zhang2018.faults import FaultsParams
+from edgelab.runtime.devices import start_hierarchy
 
 END = HierarchySpec((replace(ZHANG2018.tiers[0], devices=4),), "four-ends")
 DEVICES = ["end-0", "end-1", "end-2", "end-3"]

@@ -1,7 +1,7 @@
 """Gossip averaging as a training strategy: each device keeps its own weights and mixes them with its neighbours'.
 
 A real three-device cluster (``strategy="gossip"`` on ``transport="allreduce"``,
-``edgelab.gossip``). References: on a complete graph (a ring of two) with equal
+``edgelab.peer.gossip``). References: on a complete graph (a ring of two) with equal
 samples per device, every device's weights after each round are the mean of
 the devices' locally stepped weights, which is the parameter server's
 synchronous SGD up to float32 rounding (the server adds the mean delta, the
@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import Kill
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
-from edgelab.faults import Kill
-from edgelab.gossip import build_topology, metropolis_row, mix
-from edgelab.peer_messages import serialized
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.peer.messages import serialized
+from edgelab.sync.topology import build_topology, metropolis_row, mix
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 QUIET = {"log": lambda _: None}
 # Float32 rounding of the averaged weights against the server's float64 mean delta (measured: <= 6.0e-8)

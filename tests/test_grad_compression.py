@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore, StoredRun
 from edgelab.data import Dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_grad_compression as exp
-from edgelab.figures import qiao_grad_compression as fig
-from edgelab.model_costs import weight_count
-from edgelab.results import ResultsStore, StoredRun
+from edgelab.emulation.profiles import get_profile
+from edgelab.models.costs import weight_count
+from edgelab.papers.qiao import grad_compression as exp
+from edgelab.papers.qiao import grad_compression_figures as fig
 
 
 def _plan(dataset: Dataset, **params: object) -> exp.Plan:

@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
-from edgelab.devices import get_profile
-from edgelab.experiments import harness
-from edgelab.results import ResultsStore
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.results import ResultsStore
+from edgelab.emulation.profiles import get_profile
+from edgelab.papers import harness
 
 
 @dataclass
@@ -108,3 +108,17 @@ def test_a_loadable_dataset_is_checked_once_a_missing_one_every_time(
     assert found == [None, None, None] and other_dir is None
     assert loads == ["mnist", "plantvillage_tomato", "plantvillage_tomato", "mnist"]
     assert all(reason and "plantvillage" in reason.lower() for reason in missing)
+
+
+@pytest.mark.integration
+def test_the_cluster_started_is_shown_before_the_first_run_and_a_label_names_each_run(tmp_path: Path) -> None:
+    # Execute
+    seen: list[tuple[list[str], list[int]]] = []
+    plan = _plan([7])
+    harness.run(
+        plan, store=ResultsStore(tmp_path), started=lambda c: seen.append((list(c.devices), list(plan.executed)))
+    )
+
+    # Assert
+    assert seen == [(["w"], [])]
+    assert (plan.label(7), plan.describe()) == ("7", "1 runs")

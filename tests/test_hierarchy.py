@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, Tier, start_hierarchy
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, Tier
+from edgelab.runtime.devices import start_hierarchy
 
 
 def test_the_reports_evaluation_system() -> None:

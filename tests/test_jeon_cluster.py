@@ -1,4 +1,4 @@
-"""Jeon et al. Figures 2, 4, 5, 6 and 10 read from a live Dask cluster (edgelab.figures.jeon_cluster).
+"""Jeon et al. Figures 2, 4, 5, 6 and 10 read from a live Dask cluster (edgelab.papers.jeon.cluster_figures).
 
 One module-scoped in-process cluster of two workers on loopback TCP serves every live test; the renderers are
 tested on the view it gives and on bad views built from it by hand.
@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
-from edgelab.figures import jeon_cluster as jc
-from edgelab.verdict import Basis
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.profiles import get_profile
+from edgelab.papers.jeon import cluster_figures as jc
+from edgelab.report.verdict import Basis
 
 # A few of the paper's rows, in the reference files' tidy form, so the tests do not depend on their transcription.
 PAPER = {
@@ -195,7 +195,7 @@ def test_hardware_and_storage_are_read_from_every_worker(view: jc.ClusterView, n
     ],
 )
 def test_address_scope(protocol: str, host: str, scope: str) -> None:
-    assert jc._scope(protocol, host, own=set()) == scope
+    assert jc.address_scope(protocol, host, own=set()) == scope
 
 
 # ------------------------------------------------------------------ rendering

@@ -1,4 +1,4 @@
-"""Jeon et al. Figures 1, 7, 8, 9 and the augmentation arithmetic (edgelab.figures.jeon_data).
+"""Jeon et al. Figures 1, 7, 8, 9 and the augmentation arithmetic (edgelab.papers.jeon.data_figures).
 
 Hand-made frames and arrays stand in for the loaded data, the augmentation table and the Keras history; the paper's
 training values are passed as a frame in the tidy reference form, so the tests do not depend on their transcription.
@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from sklearn.metrics import f1_score
 
-from edgelab.errors import ConfigError
-from edgelab.figures import jeon_data as jd
-from edgelab.report import ReportItem
-from edgelab.verdict import Basis
+from edgelab.common.errors import ConfigError
+from edgelab.papers.jeon import data_figures as jd
+from edgelab.report.manifest import ReportItem
+from edgelab.report.verdict import Basis
 
 COMMON = {"notebook": "test", "parameters": {"profile": "test"}, "data_source": {"name": "hand-made"}}
 NAMES = [f"class{i}" for i in range(10)]

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError, DeviceMemoryError
-from edgelab.experiments import jeon_pipeline as jeon
-from edgelab.figures.jeon import reductions
-from edgelab.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, targets
-from edgelab.verdict import MIN_REPEATS
+from edgelab.common.errors import ConfigError, DeviceMemoryError
+from edgelab.models.transfer import RANDOM_BASE, TransferConfig, imagenet_weights, targets
+from edgelab.papers.jeon import pipeline as jeon
+from edgelab.papers.jeon.pipeline_figures import reductions
+from edgelab.report.verdict import MIN_REPEATS
 
 
 def test_good_parameters_plan_every_run_with_jeons_split(plantvillage_dir: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab.figures.jeon import time_order_checks
-from edgelab.verdict import MIN_REPEATS, Basis, decide, noise_of
+from edgelab.papers.jeon.pipeline_figures import time_order_checks
+from edgelab.report.verdict import MIN_REPEATS, Basis, decide, noise_of
 
 
 def _times(pipeline: float, ensemble: float, single: float) -> pd.Series:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab import keras_costs
-from edgelab.errors import ConfigError
-from edgelab.keras_costs import ConvShape
+from edgelab.common.errors import ConfigError
+from edgelab.models import conv_costs as keras_costs
+from edgelab.models.conv_costs import ConvShape
 
 
 def test_the_formulas_on_a_hand_counted_layer() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.paths import REPO_ROOT
+from edgelab.common.paths import REPO_ROOT
 
 
 def _free_port() -> int:

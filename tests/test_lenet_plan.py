@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from edgelab.errors import ConfigError, DeviceMemoryError
-from edgelab.experiments import park2020_lenet as lenet
+from edgelab.common.errors import ConfigError, DeviceMemoryError
+from edgelab.papers.park2020 import lenet
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Tests for edgelab.models: parameter counts, shapes, seeding and input preparation."""
+"""Tests for edgelab.models.builtin: parameter counts, shapes, seeding and input preparation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.models import (
+from edgelab.common.errors import ConfigError
+from edgelab.models.builtin import (
     MODELS,
     ModelSpec,
     activation_floats_per_sample,

@@ -1,4 +1,4 @@
-"""Tests for edgelab.monitor: the background sampler and per-interval rates."""
+"""Tests for edgelab.emulation.monitor: the background sampler and per-interval rates."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.monitor import ResourceSampler, utilisation
+from edgelab.emulation.monitor import ResourceSampler, utilisation
 
 
 class FakeCounters:

@@ -10,15 +10,15 @@ for that very name.
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.paths import REPO_ROOT
+from edgelab import papers
+from edgelab.common.errors import ConfigError
+from edgelab.common.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 #: Parameters that name a place, not a choice: any string is a path or an address.
@@ -51,11 +51,8 @@ def _bad(value: Any) -> Any:
 def _cases() -> list[Any]:
     cases = []
     for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
-        try:
-            module = importlib.import_module(f"edgelab.experiments.{notebook.stem}")
-        except ModuleNotFoundError:
-            continue
-        if not hasattr(module, "prepare"):
+        module = papers.experiment(notebook.stem)
+        if module is None or not hasattr(module, "prepare"):
             continue
         for name, value in _parameters(notebook).items():
             if name in PLACES or name in NEGATIVE_ALLOWED or _bad(value) is None:
@@ -69,7 +66,7 @@ def test_a_value_nothing_allows_is_refused_naming_the_notebooks_parameter(notebo
     # Prepare: the notebook's own values, one of them replaced
     values = {k: v for k, v in _parameters(notebook).items() if k not in NOTEBOOK_ONLY}
     values[name] = _bad(values[name])
-    module = importlib.import_module(f"edgelab.experiments.{notebook.stem}")
+    module = papers.experiment(notebook.stem)
 
     # Execute / Assert
     with pytest.raises(ConfigError) as refused:

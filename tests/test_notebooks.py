@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from edgelab.environ import environment
+from edgelab.common.environ import environment
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "park2020_lenet.ipynb"
 LENET_IDS = [f"park2020/{i}" for i in ("table1", "table2", "fig4a", "fig4b", "fig4c", "fig4d")]

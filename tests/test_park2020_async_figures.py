@@ -1,4 +1,4 @@
-"""park2020 fig1, fig2 (edgelab.figures.park2020_diagrams) and fig3a, fig3b (edgelab.figures.park2020_async).
+"""park2020 fig1, fig2 (edgelab.papers.park2020.diagrams) and fig3a, fig3b (edgelab.papers.park2020.sync_async_figures).
 
 Rendered from a synthetic ``AsyncSummary`` and a synthetic stored ResNet run of three devices: no cluster.
 """
@@ -12,16 +12,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.device_model import for_profile
-from edgelab.devices import get_profile
-from edgelab.experiments.park2020_async import AsyncSummary
-from edgelab.figures import park2020_async as fig3
-from edgelab.figures import park2020_diagrams as diagrams
-from edgelab.model_costs import parameter_count, weight_count
-from edgelab.report import STATUSES
-from edgelab.results import StoredRun
-from edgelab.train_config import TrainConfig
-from edgelab.verdict import Verdict
+from edgelab.common.results import StoredRun
+from edgelab.emulation.device_model import for_profile
+from edgelab.emulation.profiles import get_profile
+from edgelab.models.costs import parameter_count, weight_count
+from edgelab.papers.park2020 import diagrams
+from edgelab.papers.park2020 import sync_async_figures as fig3
+from edgelab.papers.park2020.sync_async import AsyncSummary
+from edgelab.report.manifest import STATUSES
+from edgelab.report.verdict import Verdict
+from edgelab.train.config import TrainConfig
 
 N = 3
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.device_model import for_profile
-from edgelab.errors import ConfigError
-from edgelab.experiments import park2020_async, park2020_resnet
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.device_model import for_profile
+from edgelab.papers.park2020 import resnet as park2020_resnet
+from edgelab.papers.park2020 import sync_async as park2020_async
 
 
 @pytest.mark.parametrize(

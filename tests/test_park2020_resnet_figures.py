@@ -8,12 +8,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.device_model import for_profile
-from edgelab.devices import get_profile
-from edgelab.experiments.park2020_resnet import ResnetRun, ResnetSummary, paper_rounds
-from edgelab.figures.park2020_resnet import render_resnet
-from edgelab.report import STATUSES
-from edgelab.timeline import Topology
+from edgelab.emulation.device_model import for_profile
+from edgelab.emulation.profiles import get_profile
+from edgelab.emulation.timeline import Topology
+from edgelab.papers.park2020.resnet import ResnetRun, ResnetSummary, paper_rounds
+from edgelab.papers.park2020.resnet_figures import render_resnet
+from edgelab.report.manifest import STATUSES
 
 IDS = {f"park2020/fig5{p}" for p in "ab"} | {f"park2020/fig{n}{p}" for n in (6, 7) for p in "abcd"}
 IDS |= {"park2020/table3", "park2020/table4"}

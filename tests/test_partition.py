@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.pipeline import (
     cut_points,
     flat_mobilenet_v2,

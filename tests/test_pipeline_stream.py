@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
-from edgelab.errors import ConfigError
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.pipeline.partition import partition, stage_model
 from edgelab.pipeline.stream import Placement, StageSpec, stream
+from edgelab.runtime.devices import connect
 
 
 def _residual_model():  # type: ignore[no-untyped-def]

@@ -7,8 +7,8 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from edgelab.devices import get_profile
-from edgelab.pipeline.timeline import compose, speedup_bound
+from edgelab.emulation.profiles import get_profile
+from edgelab.emulation.stream_clock import compose, speedup_bound
 
 # A link so fast that transfers cost nothing, and no latency: only compute counts.
 FAST = dataclasses.replace(get_profile("pi4b"), link_mbps=1e12, latency_s=0.0)

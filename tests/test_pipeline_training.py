@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def cluster(three_devices: DeviceCluster) -> DeviceCluster:
 def _mlp() -> object:
     import keras
 
-    from edgelab.seeding import seeded
+    from edgelab.common.seeding import seeded
 
     with seeded(3):  # the same weights every build, whatever the Dask client's threads draw meanwhile
         inputs = keras.Input((20,), name="pixels")

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_placement
-from edgelab.experiments.qiao_placement import PlacementParams
-from edgelab.hierarchy import ZHANG2018
-from edgelab.placement import Chain, exhaustive, greedy, hop_s, hosts_of, latency
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.tiers import ZHANG2018
+from edgelab.hierarchy.placement import Chain, exhaustive, greedy, hop_s, hosts_of, latency
+from edgelab.papers.qiao import placement as qiao_placement
+from edgelab.papers.qiao.placement import PlacementParams
 
 SPEC = ZHANG2018.scaled(end=2, edge=1, cloud=1)  # hosts: end-0 (the source), edge-0, cloud-0
 MBIT = 1_000_000 / 8
@@ -101,9 +101,9 @@ def test_bad_input_is_refused_before_any_cluster_work(call: object, message: str
 
 
 def test_a_cut_network_becomes_a_chain_of_its_stages_with_the_bytes_that_cross() -> None:
+    from edgelab.emulation.tier_clock import zhang2018_calibration
+    from edgelab.models.tiers import build_tier_network
     from edgelab.pipeline import partition
-    from edgelab.tier_clock import zhang2018_calibration
-    from edgelab.tier_models import build_tier_network
 
     cut = partition(build_tier_network("mobilenet"), 3)
     calibration = zhang2018_calibration()
@@ -117,7 +117,7 @@ def test_a_cut_network_becomes_a_chain_of_its_stages_with_the_bytes_that_cross()
 
 
 def test_a_users_network_is_cut_and_placed_on_the_times_given_for_it(cifar10_dir: object) -> None:
-    from edgelab.experiments import qiao_placement as exp
+    from edgelab.papers.qiao import placement as exp
 
     times = {"end": 0.04, "edge": 0.01, "cloud": 0.001}
     plan = exp.prepare(network=_convs, network_times=times, stages=[1, 2], run_stages=[2], data_dir=str(cifar10_dir))
@@ -133,7 +133,7 @@ def test_a_users_network_is_cut_and_placed_on_the_times_given_for_it(cifar10_dir
 def test_a_run_whose_clock_leaves_the_searchs_latency_is_a_wrong_result() -> None:
     import pandas as pd
 
-    from edgelab.figures import qiao_placement as figure
+    from edgelab.papers.qiao import placement_figures as figure
 
     # Prepare: two real runs whose clocks equal the search's latencies, then one off by 5%
     runs = pd.DataFrame({"clock_s": [1.5, 2.0], "predicted_s": [1.5, 2.0]})

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data import Dataset, load_dataset
 from edgelab.data.plantvillage import CLASS_NAMES, KAGGLE_DATASET, load_plantvillage, stratified_split
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 NPZ = Path("plantvillage_tomato") / "plantvillage_tomato_jpeg.npz"
 # The Kaggle "emmarex/plantdisease" folder names, in CLASS_NAMES order.

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab import privacy
-from edgelab.errors import ConfigError
-from edgelab.hierarchy import ZHANG2018
-from edgelab.seeding import seeded
-from edgelab.tier_clock import zhang2018_calibration
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
+from edgelab.emulation.tier_clock import zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018
+from edgelab.hierarchy import privacy
 
 
 def _network(filters: int, kernel: int, strides: int) -> object:
@@ -74,8 +74,8 @@ def test_the_overhead_is_the_moved_compute_plus_the_extra_bytes() -> None:
 def test_the_items_checks_tables_as_structure_and_the_clock_and_the_attack_as_predictions() -> None:
     import pandas as pd
 
-    from edgelab import verdict
-    from edgelab.figures import zhang2018_privacy as fig
+    from edgelab.papers.zhang2018 import privacy_figures as fig
+    from edgelab.report import verdict
 
     # Prepare: the modules as built, and an attack that rebuilt the images (SSIM 0.99999)
     stems = fig.modules()

@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
-from edgelab import process_memory
+from edgelab.common import process_memory
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 

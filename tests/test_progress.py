@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelab import progress
+from edgelab.common import progress
 
 
 def test_reports_are_followed_in_order_and_nothing_is_written_without_the_variable(

@@ -1,4 +1,4 @@
-"""From stored runs to items: edgelab.projection, park2020_lenet.summarize, render_lenet, the manifest, calibrate.
+"""From stored runs to items: emulation.projection, the LeNet summary, render_lenet, the manifest, calibrate.
 
 The stored runs here are hand-made, with CPU seconds, bytes and wall times
 chosen so that every projected number can be worked out by hand.
@@ -12,22 +12,24 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from edgelab import catalog
-from edgelab.device_model import for_profile
-from edgelab.devices import calibrate, get_profile
-from edgelab.errors import ConfigError
-from edgelab.experiments import park2020_lenet as lenet
-from edgelab.figures.park2020 import render_lenet
-from edgelab.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
-from edgelab.report import PARK2020_IDS, ReportItem, update_manifest
-from edgelab.results import StoredRun
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Noise, decide
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import StoredRun
+from edgelab.emulation.device_model import for_profile
+from edgelab.emulation.profiles import calibrate, get_profile
+from edgelab.emulation.projection import LINK_MODELS, contention, fit_speed_factor, run_summary
+from edgelab.emulation.timeline import Topology
+from edgelab.papers.park2020 import lenet
+from edgelab.papers.park2020.lenet_figures import render_lenet
+from edgelab.report import catalog
+from edgelab.report.manifest import PARK2020_IDS, ReportItem, update_manifest
+from edgelab.report.verdict import Basis, Noise, decide
 
 PI3B = get_profile("pi3b")
 N_TRAIN = 1920
 SCALE = 60_000 / N_TRAIN  # 31.25
 ROUNDS = 4
+ROUND_WALL_S = 0.05  # every hand-made round's wall time
+ACCURACY = 0.9  # every hand-made run's accuracy
 
 
 def _run(
@@ -38,9 +40,7 @@ def _run(
     repeat: int = 0,
     cpu_s: float = 0.01,
     nbytes: int = 0,
-    round_wall_s: float = 0.05,
     attached: bool = False,
-    accuracy: float = 0.9,
 ) -> StoredRun:
     records = pd.DataFrame(
         [
@@ -53,7 +53,7 @@ def _run(
                 "bytes_received": nbytes,
                 "bytes_sent": nbytes,
                 "working_set_bytes": 2**20,
-                "round_wall_s": round_wall_s,
+                "round_wall_s": ROUND_WALL_S,
                 "samples": 64,
                 "steps": 1,
             }
@@ -92,7 +92,7 @@ def _run(
         summary={"host": {"train_wall_s": 1.0}, "cluster": cluster, "calibration": calibration},
         tables={
             "records": records,
-            "evaluations": pd.DataFrame([{"epoch": 1, "rounds": ROUNDS, "accuracy": accuracy, "loss": 0.3}]),
+            "evaluations": pd.DataFrame([{"epoch": 1, "rounds": ROUNDS, "accuracy": ACCURACY, "loss": 0.3}]),
             "monitor": monitor,
             "recoveries": pd.DataFrame(),
         },

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_conv_costs as exp
-from edgelab.figures import qiao_conv_costs as figures
-from edgelab.results import ResultsStore
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore
+from edgelab.papers.qiao import conv_costs as exp
+from edgelab.papers.qiao import conv_costs_figures as figures
 
 TINY = {
     "kernels": [3],
@@ -120,13 +120,13 @@ def test_formulas_counted_against_themselves_are_consistent_and_network_counts_a
 
 def test_a_call_slower_than_the_limit_is_measured_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Prepare: a tiny layer, and a limit every call exceeds
-    from edgelab import keras_costs
+    from edgelab.models import conv_costs as keras_costs
 
     model = keras_costs.build_layer("standard", keras_costs.ConvShape(3, 4, 4, 5))
     monkeypatch.setattr(exp, "SLOW_CALL_S", -1.0)
 
     # Execute
-    cpu_s, wall_s, calls, repeats = exp._time_calls(model, 1, repeats=5, seed=0)
+    cpu_s, wall_s, calls, repeats = exp.time_calls(model, 1, repeats=5, seed=0)
 
     # Assert: one call after the trace, no repeats
     assert (calls, repeats) == (1, 1)

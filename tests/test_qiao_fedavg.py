@@ -15,18 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore
 from edgelab.data import Dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
-from edgelab.experiments import harness
-from edgelab.experiments import qiao_fedavg as exp
-from edgelab.figures import qiao_fedavg as fig
-from edgelab.model_costs import weight_count
-from edgelab.results import ResultsStore
-from edgelab.runtime import serialized_bytes
+from edgelab.emulation.profiles import get_profile
+from edgelab.models.costs import weight_count
+from edgelab.papers import harness
+from edgelab.papers.qiao import fedavg as exp
+from edgelab.papers.qiao import fedavg_figures as fig
+from edgelab.runtime.tasks import serialized_bytes
 from edgelab.sync.compress import build_compressor
-from edgelab.train import TrainConfig
+from edgelab.train.data_parallel import TrainConfig
 
 QUIET = {"log": lambda _: None}
 MLP_SHAPES = [[784, 128], [128], [128, 64], [64], [64, 10], [10]]  # LeNet-MLP

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_parallelism as exp
-from edgelab.figures import qiao_parallelism as figures
-from edgelab.results import ResultsStore, StoredRun
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore, StoredRun
+from edgelab.papers.qiao import parallelism as exp
+from edgelab.papers.qiao import parallelism_figures as figures
 
 SMALL = {
     "stages": [2],

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
-from edgelab.experiments import qiao_pipeline_training as exp
-from edgelab.results import ResultsStore
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.results import ResultsStore
+from edgelab.papers.qiao import pipeline_training as exp
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def _small_dense() -> object:
     """A user's own network: 28x28 digits through two dense layers."""
     import keras
 
-    from edgelab.seeding import seeded
+    from edgelab.common.seeding import seeded
 
     with seeded(5):
         inputs = keras.Input((28, 28), name="digits")
@@ -59,7 +59,7 @@ def test_bad_parameters_are_refused_before_anything_is_built(kwargs: dict, param
 
 
 def test_the_four_blocks_weights_depend_on_the_seed_alone_and_the_blocks_balance() -> None:
-    from edgelab.pipeline.partition import layer_costs
+    from edgelab.models.graph import layer_costs
 
     # Execute
     first, again, other = exp.four_blocks(seed=3), exp.four_blocks(seed=3), exp.four_blocks(seed=4)
@@ -102,7 +102,7 @@ def test_a_network_that_does_not_take_digits_is_refused_by_name(tmp_path: Path) 
 
 @pytest.mark.integration
 def test_a_users_network_runs_both_schedules_and_renders_four_items(cluster: DeviceCluster, tmp_path: Path) -> None:
-    from edgelab.figures import qiao_pipeline_training as fig
+    from edgelab.papers.qiao import pipeline_training_figures as fig
 
     plan = exp.prepare(
         model=_small_dense,

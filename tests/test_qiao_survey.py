@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgelab.figures import qiao_survey
+from edgelab.papers.qiao import survey as qiao_survey
 
 
 def test_abbreviations_are_the_sources_22_rows_in_order() -> None:

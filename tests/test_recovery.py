@@ -1,7 +1,7 @@
 """A device can die at any moment: kill device workers in every phase of a run and check nothing is lost.
 
 Real kills: the worker process of an emulated device gets SIGKILL at a chosen
-point of a real run (``edgelab.faults``) and its nanny restarts it, as a board
+point of a real run (``edgelab.cluster.faults``) and its nanny restarts it, as a board
 that lost power reboots. Every run must end with the undisturbed run's final
 weights, bit for bit, with each recovery recorded. The longer version (20
 seeded kills) is ``benchmarks/bench_recovery.py``.
@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import Kill, KillSchedule
+from edgelab.common.errors import ConfigError, WorkerLostError
 from edgelab.data import Dataset, load_dataset
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError, WorkerLostError
-from edgelab.faults import Kill, KillSchedule
-from edgelab.fleet import POLL_S
-from edgelab.train import PHASES, TrainConfig, TrainRun, phase_counts, train
+from edgelab.emulation.profiles import get_profile
+from edgelab.runtime.devices import connect
+from edgelab.runtime.fleet import POLL_S
+from edgelab.train.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
 
 CFG = TrainConfig(model="mlp", n_devices=3, worker_data="shard", batch_size=32, seed=0)
 N_TRAIN = 480  # 160 samples per device: 5 rounds

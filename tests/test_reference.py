@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.reference import REFERENCE_DIR, load_reference
+from edgelab.common.errors import ConfigError
+from edgelab.report.reference import REFERENCE_DIR, load_reference
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CATALOG_DIR = SHARED / "papers" / "catalog"

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from edgelab import catalog, report_page, verdict
-from edgelab.paths import REPO_ROOT, cache_dir
-from edgelab.report import ReportItem, update_manifest
+from edgelab.common.paths import REPO_ROOT, cache_dir
+from edgelab.report import catalog, verdict
+from edgelab.report import page as report_page
+from edgelab.report.manifest import ReportItem, update_manifest
 
 
 def _item(root: Path, item_id: str, status: str = "reproduced", why: str = "", notebook: str = "") -> ReportItem:

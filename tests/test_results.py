@@ -1,4 +1,4 @@
-"""Tests for edgelab.results: run keys, the atomic results store and atomic text writes."""
+"""Tests for edgelab.common.results: run keys, the atomic results store and atomic text writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from edgelab.results import ResultsStore, atomic_write_text, run_key
+from edgelab.common.results import ResultsStore, atomic_write_text, run_key
 
 PARAMS = {"model": "mlp", "n_devices": 2, "batch_size": 32, "seed": 0, "lr": 0.05}
 

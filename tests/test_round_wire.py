@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab import round_wire
-from edgelab.channel import Channels, ChannelServer
-from edgelab.models import ModelSpec
-from edgelab.runtime import RoundTask
+from edgelab.common.wire import Flat, Packed
+from edgelab.models.builtin import ModelSpec
+from edgelab.runtime import round_wire
+from edgelab.runtime.channel import Channels, ChannelServer
+from edgelab.runtime.tasks import RoundTask
 from edgelab.sync.compress import build_compressor
-from edgelab.wire import Flat, Packed
 
 ADDRESS = "tcp://127.0.0.1:9100"
 
@@ -91,7 +91,9 @@ def test_rounds_in_the_lean_form_arrive_as_their_pickles_would_and_the_plan_trav
     # Execute
     replies = []
     for rnd in range(3):
-        reply = channels.call_all({"d": (ADDRESS, "train_round", (_task(rnd), weights))}, check=lambda: None, poll_s=1)
+        reply = channels.call_all(
+            {"d": (ADDRESS, round_wire.ROUND_FN, (_task(rnd), weights))}, check=lambda: None, poll_s=1
+        )
         replies.append(reply["d"])
         weights = reply["d"]["result"][0]
         weights = Packed(weights)
@@ -106,7 +108,7 @@ def test_rounds_in_the_lean_form_arrive_as_their_pickles_would_and_the_plan_trav
         assert isinstance(delta, Flat)
         assert [d.tobytes() for d in delta] == [e.tobytes() for e in expected]
         assert [d.dtype for d in delta] == [np.float32, np.float32]
-        _, want = stand_in.handle("train_round", (_task(rnd), expected))["result"]
+        _, want = stand_in.handle(round_wire.ROUND_FN, (_task(rnd), expected))["result"]
         stand_in.tasks.pop()
         assert record == want and list(record) == list(want)
         assert [type(v) for v in record.values()] == [type(v) for v in want.values()]
@@ -123,7 +125,9 @@ def test_an_unknown_peak_a_compressed_round_and_an_error_travel_as_they_did(
     stand_in.peak = None
 
     def call(task: Any, weights: Any) -> dict[str, Any]:
-        return channels.call_all({"d": (ADDRESS, "train_round", (task, weights))}, check=lambda: None, poll_s=1)["d"]
+        return channels.call_all({"d": (ADDRESS, round_wire.ROUND_FN, (task, weights))}, check=lambda: None, poll_s=1)[
+            "d"
+        ]
 
     # Execute
     unknown_peak = call(_task(0), Packed(_weights(0)))
@@ -142,7 +146,7 @@ def test_a_channel_opened_again_sends_its_plan_again(device: tuple[_Device, Chan
     # Prepare: a round, then the channel dropped (as a recovery drops it)
     stand_in, server = device
     channels = Channels(lambda _: server.endpoint)
-    call = {"d": (ADDRESS, "train_round", (_task(0), Packed(_weights(0))))}
+    call = {"d": (ADDRESS, round_wire.ROUND_FN, (_task(0), Packed(_weights(0))))}
     channels.call_all(call, check=lambda: None, poll_s=1)
     channels._drop(ADDRESS)
 
@@ -165,7 +169,7 @@ def test_a_call_naming_a_plan_its_channel_never_got_is_answered_with_an_error(
     channels._plans[ADDRESS] = [round_wire.plan_key(task, weights)]
 
     # Execute
-    reply = channels.call_all({"d": (ADDRESS, "train_round", (task, weights))}, check=lambda: None, poll_s=1)["d"]
+    reply = channels.call_all({"d": (ADDRESS, round_wire.ROUND_FN, (task, weights))}, check=lambda: None, poll_s=1)["d"]
 
     # Assert
     assert reply["status"] == "error" and "never sent" in str(reply["exception"])

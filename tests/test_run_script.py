@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from edgelab.paths import REPO_ROOT
+from edgelab.common.paths import REPO_ROOT
 
 
 def _run_sh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab.models import ModelSpec, prepare_images
-from edgelab.runtime import DeviceRuntime, _Shard
+from edgelab.models.builtin import ModelSpec, prepare_images
+from edgelab.runtime.plugin import DeviceRuntime
+from edgelab.runtime.steps import Shard
 
 
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
@@ -15,7 +16,7 @@ def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[i
     x = rng.integers(0, 256, size=(50, *shape), dtype=np.uint8)
     y = rng.integers(0, 10, size=50)
     prepared = np.asarray(prepare_images(name, x))
-    shard = _Shard(x=x, y=y, channel_axis=prepared.shape[1:] != x.shape[1:])
+    shard = Shard(x=x, y=y, channel_axis=prepared.shape[1:] != x.shape[1:])
     order = rng.permutation(50)[:16]
 
     images, labels = shard.take(order)
@@ -29,7 +30,7 @@ def test_batches_equal_the_prepared_images_bit_for_bit(name: str, shape: tuple[i
 @pytest.mark.parametrize("channel_axis", [False, True])
 def test_stacked_batches_equal_each_batch_taken_alone(channel_axis: bool) -> None:
     rng = np.random.default_rng(1)
-    shard = _Shard(x=rng.integers(0, 256, (40, 5, 5), np.uint8), y=rng.integers(0, 10, 40), channel_axis=channel_axis)
+    shard = Shard(x=rng.integers(0, 256, (40, 5, 5), np.uint8), y=rng.integers(0, 10, 40), channel_axis=channel_axis)
     rows = rng.permutation(40)[:36].reshape(3, 12)
 
     images, labels = shard.take_batches(rows)
@@ -46,7 +47,7 @@ def test_a_batch_gathered_in_numpy_equals_tensorflows_eager_gather_on_every_uint
 
     # Prepare: every value a pixel can take, in a shard of one 16x16 image
     x = np.arange(256, dtype=np.uint8).reshape(1, 16, 16)
-    shard = _Shard(x=x, y=np.zeros(1, np.int64), channel_axis=False)
+    shard = Shard(x=x, y=np.zeros(1, np.int64), channel_axis=False)
 
     # Execute: numpy's gather and scaling (one-batch rounds) against TensorFlow's eager one (the old path)
     images, _ = shard.take(np.array([0]))
@@ -57,7 +58,7 @@ def test_a_batch_gathered_in_numpy_equals_tensorflows_eager_gather_on_every_uint
 
 
 def test_an_epochs_order_is_made_once_and_changes_with_the_epoch() -> None:
-    shard = _Shard(x=np.zeros((10, 2, 2), np.uint8), y=np.zeros(10, np.int64), channel_axis=False)
+    shard = Shard(x=np.zeros((10, 2, 2), np.uint8), y=np.zeros(10, np.int64), channel_axis=False)
 
     first = shard.order(0, 1, 0)
 
@@ -82,9 +83,9 @@ def test_a_device_keeps_only_the_model_it_was_last_asked_for() -> None:
 def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab import runtime
-    from edgelab.models import build_model
-    from edgelab.runtime import _train_steps, get_weights, set_weights
+    from edgelab.models.builtin import build_model
+    from edgelab.runtime import plugin as runtime
+    from edgelab.runtime.steps import get_weights, set_weights, train_steps
 
     # Prepare: a seeded model with weight decay, 300 samples in a seeded order: 5 batches of 64, the last short
     # (with LOOP_BATCHES at 2, in three compiled calls)
@@ -93,14 +94,14 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
     y = rng.integers(0, 10, size=300)
     model = build_model(ModelSpec(name, weight_decay=1e-4))
     weights = get_weights(model)
-    shard = _Shard(x=x, y=y, channel_axis=name == "cnn")
+    shard = Shard(x=x, y=y, channel_axis=name == "cnn")
     order = rng.permutation(300)
     monkeypatch.setattr(runtime, "LOOP_BATCHES", 2)
 
     # Execute: the runtime's round, twice (the second reuses its compiled loop), and Keras' fit on the same
     # batches, gathered and scaled in TensorFlow
-    _train_steps(model, shard, weights, order, 5, 64)
-    delta, loss = _train_steps(model, shard, weights, order, 5, 64)
+    train_steps(model, shard, weights, order, 5, 64)
+    delta, loss = train_steps(model, shard, weights, order, 5, 64)
     set_weights(model, weights)
     import tensorflow as tf
 
@@ -120,8 +121,8 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
 
 @pytest.mark.parametrize(("name", "shape"), [("mlp", (28, 28)), ("cnn", (28, 28)), ("resnet8", (32, 32, 3))])
 def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: str, shape: tuple[int, ...]) -> None:
-    from edgelab.models import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.models.builtin import build_model
+    from edgelab.runtime.steps import get_weights, train_steps
 
     # Prepare: a seeded model with weight decay (ResNet: batch normalisation's moving statistics too),
     # two models from the same seed, one for the compiled round and one for Keras' own path
@@ -130,12 +131,12 @@ def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: st
     y = rng.integers(0, 10, size=200)
     fused, keras_path = (build_model(ModelSpec(name, weight_decay=1e-4)) for _ in range(2))
     weights = get_weights(fused)
-    shard = _Shard(x=x, y=y, channel_axis=name == "cnn")
+    shard = Shard(x=x, y=y, channel_axis=name == "cnn")
 
     for step in range(3):
         order = rng.permutation(200)[: 64 if step < 2 else 37]  # a short batch retraces nothing wrong
         # Execute: the runtime's compiled round, and set_weights + train_on_batch + get_weights
-        delta, loss = _train_steps(fused, shard, weights, order, 1, 64)
+        delta, loss = train_steps(fused, shard, weights, order, 1, 64)
         keras_path.set_weights(weights)
         logs = keras_path.train_on_batch(*shard.take(order), return_dict=True)
         after = keras_path.get_weights()
@@ -149,8 +150,8 @@ def test_a_round_of_one_batch_trains_as_train_on_batch_does_bit_for_bit(name: st
 
 @pytest.mark.parametrize("steps", [1, 3])
 def test_a_rounds_compiled_step_traces_the_models_train_step_once(steps: int) -> None:
-    from edgelab.models import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.models.builtin import build_model
+    from edgelab.runtime.steps import get_weights, train_steps
 
     # Prepare: a fresh model (its metrics not made yet), its train step counted as it is traced
     rng = np.random.default_rng(3)
@@ -163,34 +164,34 @@ def test_a_rounds_compiled_step_traces_the_models_train_step_once(steps: int) ->
 
     # Execute: two rounds of one batch (one compiled call each) or of three (one compiled loop)
     for _ in range(2):
-        _train_steps(model, _Shard(x=x, y=y, channel_axis=False), get_weights(model), np.arange(96), steps, 32)
+        train_steps(model, Shard(x=x, y=y, channel_axis=False), get_weights(model), np.arange(96), steps, 32)
 
     # Assert: traced once, not once more for the metric variables the first trace would have made
     assert len(traced) == 1
 
 
 def test_a_round_of_one_batch_refuses_weights_of_another_model() -> None:
-    from edgelab.models import build_model
-    from edgelab.runtime import _train_steps, get_weights
+    from edgelab.models.builtin import build_model
+    from edgelab.runtime.steps import get_weights, train_steps
 
     model = build_model(ModelSpec("mlp"))
-    shard = _Shard(x=np.zeros((4, 28, 28), np.uint8), y=np.zeros(4, np.int64), channel_axis=False)
+    shard = Shard(x=np.zeros((4, 28, 28), np.uint8), y=np.zeros(4, np.int64), channel_axis=False)
     weights = get_weights(model)
 
     with pytest.raises(ValueError, match="weights, got 5 arrays"):
-        _train_steps(model, shard, weights[:5], np.arange(4), 1, 4)
+        train_steps(model, shard, weights[:5], np.arange(4), 1, 4)
     with pytest.raises(ValueError, match="has shape"):
-        _train_steps(model, shard, [w.T for w in weights], np.arange(4), 1, 4)
+        train_steps(model, shard, [w.T for w in weights], np.arange(4), 1, 4)
 
 
 def test_weights_off_the_wire_go_to_the_step_uncopied_and_train_to_the_same_bits() -> None:
     import socket
     import threading
 
-    from edgelab.channel import encode, receive_message, send_message
-    from edgelab.models import build_model
-    from edgelab.runtime import _tensor, _train_steps, get_weights
-    from edgelab.wire import TENSOR_ALIGNMENT, Packed, pack
+    from edgelab.common.wire import TENSOR_ALIGNMENT, Packed, pack
+    from edgelab.models.builtin import build_model
+    from edgelab.runtime.channel import encode, receive_message, send_message
+    from edgelab.runtime.steps import _tensor, get_weights, train_steps
 
     # Prepare: a model's weights received as a device receives them, over a real socket
     model = build_model(ModelSpec("mlp"))
@@ -203,7 +204,7 @@ def test_weights_off_the_wire_go_to_the_step_uncopied_and_train_to_the_same_bits
         sender.join()
     (flat,) = pack(received)[1]
     rng = np.random.default_rng(3)
-    shard = _Shard(x=rng.integers(0, 256, (64, 28, 28), np.uint8), y=rng.integers(0, 10, 64), channel_axis=False)
+    shard = Shard(x=rng.integers(0, 256, (64, 28, 28), np.uint8), y=rng.integers(0, 10, 64), channel_axis=False)
 
     # Execute / Assert: the received buffer is aligned, and its tensor is that very memory (a write shows through)
     assert flat.ctypes.data % TENSOR_ALIGNMENT == 0
@@ -221,8 +222,8 @@ def test_weights_off_the_wire_go_to_the_step_uncopied_and_train_to_the_same_bits
 
     # Execute: the same round from the received weights (uncopied) and from plain arrays (copied)
     order = rng.permutation(64)
-    uncopied, loss_uncopied = _train_steps(model, shard, received, order, 1, 64)
-    plain, loss_plain = _train_steps(model, shard, [w.copy() for w in weights], order, 1, 64)
+    uncopied, loss_uncopied = train_steps(model, shard, received, order, 1, 64)
+    plain, loss_plain = train_steps(model, shard, [w.copy() for w in weights], order, 1, 64)
 
     # Assert: bit for bit
     for a, b in zip(uncopied.arrays, plain.arrays, strict=True):

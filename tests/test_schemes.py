@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.schemes import (
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.schemes import (
     Hierarchy,
     TierTimes,
     completion_times,

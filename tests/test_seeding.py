@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from edgelab.seeding import seeded
+from edgelab.common.seeding import seeded
 
 
 def _build() -> list[np.ndarray]:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab import shaped_hosts as sh
-from edgelab.errors import ClusterError, ConfigError
+from edgelab.cluster import shaped_hosts as sh
+from edgelab.common.errors import ClusterError, ConfigError
 
 PREFIX = "elt"  # not the default "el": a user's own shaped cluster is left alone
 
@@ -155,7 +155,7 @@ def bench_shaped_link():  # type: ignore[no-untyped-def]
 def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_round(bench_shaped_link) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
-    from edgelab.train import TrainConfig, TrainRun
+    from edgelab.train.data_parallel import TrainConfig, TrainRun
 
     records = pd.DataFrame(
         {
@@ -178,8 +178,8 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
 
     from distributed import Client
 
-    from edgelab.cluster import connect
-    from edgelab.tls import make_certificates
+    from edgelab.cluster.tls import make_certificates
+    from edgelab.runtime.devices import connect
 
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=True)
     hosts = sh.up(spec, folder=state)
@@ -231,9 +231,9 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
 @needs_root
 @pytest.mark.integration
 def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts: sh.ShapedHosts) -> None:
-    from edgelab.cluster import connect
     from edgelab.data import load_dataset
-    from edgelab.train import TrainConfig, train
+    from edgelab.runtime.devices import connect
+    from edgelab.train.data_parallel import TrainConfig, train
 
     dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
     with connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security()) as cluster:
@@ -256,8 +256,8 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
 
     from distributed import Client
 
-    from edgelab.cluster import scheduler_workers
-    from edgelab.faults import kill_worker
+    from edgelab.cluster.device_cluster import scheduler_workers
+    from edgelab.cluster.faults import kill_worker
 
     with Client(hosts.scheduler_address, security=hosts.security()) as client:
         # `up` returns with every nanny started: one killed before that gives up instead of restarting.
@@ -283,10 +283,10 @@ def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny
 def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_undisturbed_result(
     state: Path,
 ) -> None:
-    from edgelab.cluster import connect
+    from edgelab.cluster.faults import KillSchedule
     from edgelab.data import load_dataset
-    from edgelab.faults import KillSchedule
-    from edgelab.train import TrainConfig, phase_counts, train
+    from edgelab.runtime.devices import connect
+    from edgelab.train.data_parallel import TrainConfig, phase_counts, train
 
     # A TTL below the cut: the scheduler drops the silent device, which must come back and redo its round.
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", worker_ttl_s=10.0)
@@ -452,17 +452,17 @@ class _CreatesFile:
 def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_device(state: Path, tls: bool) -> None:
     import socket
 
-    from edgelab.channel import encode
-    from edgelab.cluster import connect
+    from edgelab.runtime.channel import encode
+    from edgelab.runtime.devices import connect
 
     # (Defined here: the hosts' workers cannot import this module, and cloudpickle sends a nested function whole.)
     def _open_channel(dask_worker: object) -> tuple[str, int, bytes]:
-        from edgelab.runtime import PLUGIN_NAME
+        from edgelab.runtime.protocol import PLUGIN_NAME
 
         return dask_worker.plugins[PLUGIN_NAME].open_channel()  # type: ignore[attr-defined]
 
     def _refused(dask_worker: object) -> int:
-        from edgelab.runtime import PLUGIN_NAME
+        from edgelab.runtime.protocol import PLUGIN_NAME
 
         return dask_worker.plugins[PLUGIN_NAME].channel.refused  # type: ignore[attr-defined]
 
@@ -561,7 +561,7 @@ def test_the_relay_drops_to_its_user_once_its_packet_sockets_are_open() -> None:
     try:
         # Execute: started as root (packet sockets need it), told to become nobody
         relay = subprocess.Popen(
-            [sys.executable, "-m", "edgelab.link_relay", f"{PREFIX}q1", f"{PREFIX}q2", "--user", "65534:65534"],
+            [sys.executable, "-m", "edgelab.cluster.link_relay", f"{PREFIX}q1", f"{PREFIX}q2", "--user", "65534:65534"],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -627,7 +627,7 @@ def _through_wire(
         out = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         out.bind((f"{PREFIX}q0", 0))
         relay = subprocess.Popen(
-            [sys.executable, "-m", "edgelab.link_relay", f"{PREFIX}q1", f"{PREFIX}q2"]
+            [sys.executable, "-m", "edgelab.cluster.link_relay", f"{PREFIX}q1", f"{PREFIX}q2"]
             + ["--delay-ms", str(delay_ms), "--loss", str(loss), "--seed", str(seed)],
             stdout=subprocess.PIPE,
             text=True,

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline, slowness
-from edgelab.train import TrainConfig, train
+from edgelab.train.data_parallel import TrainConfig, train
 
 QUIET = {"log": lambda _: None}
 BASE = {"n_devices": 2, "batch_size": 32, "slowdown": (1.0, 4.0)}

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync import DeviceUpdate, ParameterServerSync, build_strategy
 from edgelab.sync.aggregate import apply_delta, weighted_mean
 
@@ -272,7 +272,7 @@ def test_build_strategy_unknown_raises() -> None:
 
 @pytest.mark.parametrize("scale", [1.0, 0.5])
 def test_flat_lists_aggregate_bit_for_bit_as_the_layers_do(scale: float) -> None:
-    from edgelab.wire import Flat, pack
+    from edgelab.common.wire import Flat, pack
 
     # Prepare: three devices' deltas (with negative zeros, which a sum from 0 turns positive) and the weights
     rng = np.random.default_rng(5)
@@ -299,8 +299,8 @@ def test_flat_lists_aggregate_bit_for_bit_as_the_layers_do(scale: float) -> None
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_running_mean_in_any_order_is_the_weighted_mean_bit_for_bit(seed: int) -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     # Prepare: five deltas, some flat and some plain (negative zeros and subnormals in), one with nothing to count
     rng = np.random.default_rng(seed)
@@ -359,8 +359,8 @@ def _sums_by_the_book(lists: list[list[np.ndarray]], weights: list[float]) -> li
 def test_a_running_mean_of_equal_powers_of_two_is_the_mean_by_the_book_bit_for_bit(
     weights: list[float], dtype: type
 ) -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     # Prepare: negative zeros everywhere, subnormals, values near float32's largest, cancellations
     lists = _hard_lists(dtype)
@@ -395,9 +395,9 @@ def test_a_running_mean_of_equal_powers_of_two_is_the_mean_by_the_book_bit_for_b
 def test_the_step_from_a_running_mean_is_the_mean_applied_bit_for_bit(
     weights: list[float], scale: float, fused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync import fused as one_pass
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     # Prepare: hard deltas, weights with the same hard values; numba taken away for the numpy case
     if fused:
@@ -430,8 +430,8 @@ def test_the_step_from_a_running_mean_is_the_mean_applied_bit_for_bit(
 
 
 def test_the_step_from_a_running_mean_of_other_forms_takes_the_numpy_passes() -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     # Prepare: float64 deltas, and float32 lists the weights are not flat alike with
     cases = []
@@ -466,8 +466,8 @@ def test_the_one_pass_round_end_names_arrays_it_cannot_take() -> None:
 
 
 def test_a_running_mean_of_flat_lists_stays_flat() -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     rng = np.random.default_rng(3)
     running = RunningMean(2)
@@ -497,8 +497,8 @@ def test_a_running_mean_names_what_it_was_not_given() -> None:
 
 
 def test_a_running_mean_sums_in_the_buffers_of_the_last_and_the_last_then_refuses_to_go_on() -> None:
+    from edgelab.common.wire import Flat, pack
     from edgelab.sync.aggregate import RunningMean
-    from edgelab.wire import Flat, pack
 
     # Prepare: three rounds of two flat deltas (a negative zero first, as sum() must turn it to 0.0)
     rng = np.random.default_rng(7)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.hierarchy import ZHANG2018, HierarchySpec, Tier
-from edgelab.schemes import Hierarchy, TierTimes, t_end, t_end_cloud
-from edgelab.tier_clock import TierCalibration, schedule, zhang2018_calibration
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.schemes import Hierarchy, TierTimes, t_end, t_end_cloud
+from edgelab.emulation.tier_clock import TierCalibration, schedule, zhang2018_calibration
+from edgelab.emulation.tiers import ZHANG2018, HierarchySpec, Tier
 
 NETWORKS = {"end": "mobilenet", "edge": "resnet34", "cloud": "wrn-28-10"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.tier_models import build_tier_network, sizes, wide_resnet
+from edgelab.common.errors import ConfigError
+from edgelab.models.tiers import build_tier_network, sizes, wide_resnet
 
 
 @pytest.mark.parametrize(

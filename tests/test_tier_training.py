@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.tier_training import RECIPES, Recipe, level_of, score, train_and_score
+from edgelab.common.errors import ConfigError
+from edgelab.hierarchy.tier_training import RECIPES, Recipe, level_of, score, train_and_score
 
 # Four fine classes in two superclasses: {0, 1} -> 0, {2, 3} -> 1.
 FINE_TO_COARSE = np.array([0, 0, 1, 1])

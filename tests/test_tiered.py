@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.hierarchy import ZHANG2018, start_hierarchy
-from edgelab.seeding import seeded
-from edgelab.tiered import assignment, deploy, run_scheme
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
+from edgelab.emulation.tiers import ZHANG2018
+from edgelab.hierarchy.tiered import assignment, deploy, run_scheme
+from edgelab.runtime.devices import start_hierarchy
 
 SMALL = ZHANG2018.scaled(end=2, edge=1)
 

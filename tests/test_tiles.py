@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster, connect
-from edgelab.errors import ConfigError
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
+from edgelab.common.seeding import seeded
 from edgelab.pipeline import tiles
-from edgelab.seeding import seeded
+from edgelab.runtime.devices import connect
 
 
 def _stack(shape: tuple[int, int, int], *layers: object, seed: int = 0, name: str = "stack") -> object:
@@ -145,14 +146,14 @@ def test_bad_input_is_refused_before_any_cluster_work() -> None:
         tiles.plan_tiles(model, 1, 0)
     with pytest.raises(ConfigError, match=r"layers='flatten.* \(Flatten\)' is not allowed: layers the partitioner"):
         tiles.plan_tiles(model, 2, 2)
-    with pytest.raises(ConfigError, match=r"upto=4 is not allowed: 1 to 3"):
+    with pytest.raises(ConfigError, match=r"upto=4 is not allowed: an integer from 1 to 3, or the name of one of"):
         tiles.plan_tiles(model, 4, 1)
     with pytest.raises(ConfigError, match=r"upto='nope' is not allowed"):
         tiles.plan_tiles(model, "nope", 1)
 
 
 def test_experiment_parameters_are_checked() -> None:
-    from edgelab.experiments.qiao_tiles import TilesParams
+    from edgelab.papers.qiao.tiles import TilesParams
 
     with pytest.raises(ConfigError, match=r"grids=\(0, 2\) is not allowed"):
         TilesParams(grids=(0, 2))
@@ -172,7 +173,7 @@ def _users_convnet(side: int = 48, channels: int = 3) -> object:
 
 
 def test_a_users_network_is_built_under_the_seed_and_sets_the_image_size() -> None:
-    from edgelab.experiments.qiao_tiles import TilesParams
+    from edgelab.papers.qiao.tiles import TilesParams
 
     with pytest.raises(ConfigError, match=r"^upto=None is not allowed: the last layer to fuse"):
         TilesParams(network=_users_convnet)
@@ -206,9 +207,9 @@ def four_devices() -> Iterator[DeviceCluster]:
 def test_tiles_on_four_devices_stitch_to_the_untiled_output_and_render(
     four_devices: DeviceCluster, plantvillage_dir: Path, tmp_path: Path
 ) -> None:
-    from edgelab.experiments import qiao_tiles as exp
-    from edgelab.figures import qiao_tiles as figure
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
+    from edgelab.papers.qiao import tiles as exp
+    from edgelab.papers.qiao import tiles_figures as figure
 
     # Prepare: the VGG-like stack (cheap) on a 48x48 leaf, 1x1 and 2x2 tiles
     plan = exp.prepare(network="vgg", image_size=48, grids=[1, 2], repeats=1, data_dir=str(plantvillage_dir))
@@ -241,9 +242,9 @@ def test_tiles_on_four_devices_stitch_to_the_untiled_output_and_render(
 def test_a_users_network_is_tiled_and_stitched_like_the_built_ins(
     four_devices: DeviceCluster, plantvillage_dir: Path, tmp_path: Path
 ) -> None:
-    from edgelab.experiments import qiao_tiles as exp
-    from edgelab.figures import qiao_tiles as figure
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
+    from edgelab.papers.qiao import tiles as exp
+    from edgelab.papers.qiao import tiles_figures as figure
 
     plan = exp.prepare(network=_users_convnet, upto=4, grids=[2], repeats=1, data_dir=str(plantvillage_dir))
     key = plan.run_params(plan.runs[0])["network"]

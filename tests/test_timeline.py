@@ -1,4 +1,4 @@
-"""Tests for edgelab.timeline: round times, composed run times, utilisation and calibration."""
+"""Tests for edgelab.emulation.timeline: round times, composed run times, utilisation and calibration."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.devices import get_profile
-from edgelab.errors import ConfigError
-from edgelab.timeline import (
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.profiles import get_profile
+from edgelab.emulation.timeline import (
     RoundGrid,
     Topology,
     compose,

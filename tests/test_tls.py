@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from edgelab.tls import ROLES, Certificates, main, make_certificates
+from edgelab.cluster.tls import ROLES, Certificates, main, make_certificates
 
 
 def test_keys_are_private_and_certificates_readable(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
 def test_the_command_writes_a_set_and_says_which_file_goes_where(tmp_path: Path) -> None:
     # Execute: as the cluster's README has it, from another folder
     done = subprocess.run(
-        [sys.executable, "-m", "edgelab.tls", "tls", "127.0.0.1", "scheduler"],
+        [sys.executable, "-m", "edgelab.cluster.tls", "tls", "127.0.0.1", "scheduler"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelab import report_page
+from edgelab.report import page as report_page
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SAVED = Path(__file__).resolve().parents[1] / "reports" / "benchmarks"

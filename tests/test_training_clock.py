@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab.pipeline.training_clock import LinkModel, compose, idle_fraction, in_flight, steady_window, step_bubbles
+from edgelab.emulation.training_clock import LinkModel, compose, idle_fraction, in_flight, steady_window, step_bubbles
 
 # 1 MB/s and 0.5 s latency: a 1 MB activation takes 1.5 s over a link.
 LINK = LinkModel(bytes_per_s=1e6, latency_s=0.5)

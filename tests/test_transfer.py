@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgelab import transfer
-from edgelab.transfer import TransferConfig
+from edgelab.models import transfer
+from edgelab.models.transfer import TransferConfig
 
 
 def test_without_phase_2_the_scores_are_the_whole_models_on_the_validation_images_bit_for_bit() -> None:

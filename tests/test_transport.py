@@ -1,10 +1,10 @@
 """Rounds by direct call, through the scheduler and by all-reduce give the same run, bit for bit.
 
 A real two-device cluster (tests/conftest.py). ``transport="direct"`` calls each
-device's runtime straight from the client (``edgelab.fleet.Fleet.direct``);
+device's runtime straight from the client (``edgelab.runtime.fleet.Fleet.direct``);
 ``"scheduler"`` scatters the weights, schedules a task and gathers, as before;
 ``"allreduce"`` keeps the weights on the devices, which average among
-themselves (``edgelab.allreduce``). Only the host's wall time may differ.
+themselves (``edgelab.peer.allreduce``). Only the host's wall time may differ.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
-from edgelab.fleet import TRANSPORTS, Fleet
-from edgelab.models import ModelSpec, build_model
-from edgelab.runtime import ShardMissingError, get_weights, set_weights
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.models.builtin import ModelSpec, build_model
+from edgelab.runtime.fleet import TRANSPORTS, Fleet
+from edgelab.runtime.protocol import ShardMissingError
+from edgelab.runtime.steps import get_weights, set_weights
+from edgelab.runtime.tasks import train_round
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update", "pulled_version", "staleness"]
@@ -87,14 +89,16 @@ def test_a_direct_call_returns_the_devices_own_error(cluster: DeviceCluster) -> 
 
     # Execute / Assert: the device has no shard of that run, and says which device it is
     with pytest.raises(ShardMissingError, match="pi3b-1 holds no shard of run no-such-run") as raised:
-        fleet.direct("pi3b-1", "train_round", task, []).result(timeout=30)
+        fleet.direct("pi3b-1", train_round, task, []).result(timeout=30)
     assert raised.value.device == "pi3b-1"
-    with pytest.raises(ValueError, match="fn='os.system' is not a direct function: one of train_round"):
-        fleet.direct("pi3b-0", "os.system", "true").result(timeout=30)
+    # Only registered device calls run: not any function a caller names, nor an edgelab one not marked as such
+    for name in ("os:system", "edgelab.cluster.faults:kill_worker"):
+        with pytest.raises(ValueError, match=f"fn='{name}' is not a device call"):
+            fleet.direct("pi3b-0", name, "true").result(timeout=30)
 
 
 def _round_task(run_id: str) -> object:
-    from edgelab.runtime import RoundTask
+    from edgelab.runtime.tasks import RoundTask
 
     return RoundTask(run_id, ModelSpec("mlp"), 0, 0, 0, 0, 1, 32, 0)
 
@@ -129,19 +133,19 @@ def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thre
         import threading
         import time
 
-        from edgelab import runtime
+        from edgelab.runtime.protocol import call_name_of, device_call
 
         def where(sleep_s: float) -> str:
             time.sleep(sleep_s)
             return threading.current_thread().name
 
-        runtime.DIRECT_FUNCTIONS["where"] = where
+        return call_name_of(device_call(where))
 
-    cluster.client.run(install)
+    name = next(iter(cluster.client.run(install).values()))
     fleet = Fleet.for_cluster(cluster, cluster.devices, prepare=lambda _: None)
 
     def where(sleep_s: float) -> str:
-        return str(fleet.direct(cluster.devices[0], "where", sleep_s).result(timeout=30))
+        return str(fleet.direct(cluster.devices[0], name, sleep_s).result(timeout=30))
 
     try:
         # Execute: a call never seen before, short ones, a long one, and a short one after it
@@ -154,7 +158,7 @@ def test_a_short_direct_call_runs_on_the_workers_loop_and_a_long_one_on_its_thre
         assert calls[3] != "MainThread"
         assert calls[4] == "MainThread"
     finally:
-        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("where", None))
+        cluster.client.run(_unregister, name)
 
 
 @pytest.mark.integration
@@ -164,20 +168,20 @@ def test_a_call_unlike_the_short_ones_before_it_goes_to_the_workers_thread(clust
         import threading
         import time
 
-        from edgelab import runtime
+        from edgelab.runtime.protocol import call_name_of, device_call
 
         def sized(sleep_s: float) -> str:
             time.sleep(sleep_s)
             return threading.current_thread().name
 
         sized.cost_key = lambda sleep_s: sleep_s > 0.01  # type: ignore[attr-defined]
-        runtime.DIRECT_FUNCTIONS["sized"] = sized
+        return call_name_of(device_call(sized))
 
-    cluster.client.run(install)
+    name = next(iter(cluster.client.run(install).values()))
     fleet = Fleet.for_cluster(cluster, cluster.devices, prepare=lambda _: None)
 
     def sized(sleep_s: float) -> str:
-        return str(fleet.direct(cluster.devices[1], "sized", sleep_s).result(timeout=30))
+        return str(fleet.direct(cluster.devices[1], name, sleep_s).result(timeout=30))
 
     try:
         calls = [sized(0.0), sized(0.0), sized(0.08), sized(0.0)]
@@ -186,11 +190,18 @@ def test_a_call_unlike_the_short_ones_before_it_goes_to_the_workers_thread(clust
         assert calls[2] != "MainThread"  # never run at this cost: the worker's thread
         assert calls[3] == "MainThread"  # the short kind is still known to be short
     finally:
-        cluster.client.run(lambda: __import__("edgelab.runtime").runtime.DIRECT_FUNCTIONS.pop("sized", None))
+        cluster.client.run(_unregister, name)
+
+
+def _unregister(name: str) -> None:
+    """Forget a device call a test registered on a device."""
+    from edgelab.runtime import protocol
+
+    protocol.replace_call(name, None)
 
 
 def test_rounds_of_one_batch_and_of_an_epoch_are_not_alike() -> None:
-    from edgelab.runtime import RoundTask, train_round
+    from edgelab.runtime.tasks import RoundTask, train_round
 
     batch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 1, 64, 0)
     epoch = RoundTask("r", ModelSpec("mlp"), 0, 0, 0, 0, 30, 64, 0)

@@ -2,7 +2,7 @@
 
 A real three-device cluster. Under ``"tree"`` each device sends its parent its
 subtree's mean delta, device 0 takes the server's step and sends it back down
-the binomial tree (``edgelab.allreduce``). Up to three devices every child of
+the binomial tree (``edgelab.peer.allreduce``). Up to three devices every child of
 the root is a leaf, so the root averages the same deltas in the same order as
 the parameter server: the weights are the direct run's bit for bit (measured
 max abs difference 0.0). Deeper trees round each subtree's mean once more; the
@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.allreduce import subtree_mean, tree_links
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import Kill
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
-from edgelab.faults import Kill
-from edgelab.peer_messages import serialized
+from edgelab.peer.allreduce import subtree_mean, tree_links
+from edgelab.peer.messages import serialized
 from edgelab.sync.aggregate import weighted_mean
-from edgelab.train import TrainConfig, TrainRun, train
+from edgelab.train.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update"]

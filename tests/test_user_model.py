@@ -16,12 +16,12 @@ import pickle
 import numpy as np
 import pytest
 
-from edgelab.cluster import DeviceCluster
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
-from edgelab.errors import ConfigError
-from edgelab.model_costs import activation_floats_per_sample, training_flops_per_sample, weight_count
-from edgelab.train import TrainConfig, train
-from edgelab.user_model import UserModel, user_model
+from edgelab.models.costs import activation_floats_per_sample, training_flops_per_sample, weight_count
+from edgelab.models.user import UserModel, user_model
+from edgelab.train.data_parallel import TrainConfig, train
 
 keras = pytest.importorskip("keras")
 
@@ -29,7 +29,7 @@ QUIET = {"log": lambda _: None}
 
 
 def builtin(name: str):  # noqa: ANN201 - returns a builder of the built-in network, as a user would write one
-    from edgelab.models import _network
+    from edgelab.models.builtin import _network
 
     return lambda: _network(keras, name)
 
@@ -59,9 +59,9 @@ def test_costs_counted_from_the_keras_layers_equal_the_built_in_counts(name: str
 
 
 def test_the_cost_helpers_take_a_keras_model_or_a_builder_as_they_take_its_user_model() -> None:
-    from edgelab.device_model import DeviceModel
-    from edgelab.model_costs import input_floats_per_sample, parameter_count
-    from edgelab.train_config import estimate_memory_mb
+    from edgelab.emulation.device_model import DeviceModel
+    from edgelab.models.costs import input_floats_per_sample, parameter_count
+    from edgelab.train.config import estimate_memory_mb
 
     model = small_convnet()
     user = user_model(model)
@@ -75,7 +75,7 @@ def test_the_cost_helpers_take_a_keras_model_or_a_builder_as_they_take_its_user_
 
 
 def test_a_model_spec_takes_a_keras_model_or_a_builder_under_its_seed() -> None:
-    from edgelab.models import ModelSpec
+    from edgelab.models.builtin import ModelSpec
 
     spec = ModelSpec(name=builtin("mlp"), seed=1)
     assert spec.name == user_model(builtin("mlp"), seed=1) != user_model(builtin("mlp"), seed=0)
@@ -194,9 +194,9 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_cluster_work(
 def test_the_communication_patterns_compute_a_users_gradient_like_the_built_ins(
     cluster: DeviceCluster, dataset: Dataset
 ) -> None:
-    from edgelab.collectives_worker import CollectiveRun
-    from edgelab.experiments import qiao_comm_architectures as comm
-    from edgelab.models import ModelSpec
+    from edgelab.collectives.worker import CollectiveRun
+    from edgelab.models.builtin import ModelSpec
+    from edgelab.papers.qiao import comm_architectures as comm
 
     # Prepare: the built-in MLP's own architecture as a user's builder, and a model unlike any built-in
     same = comm.CommParams(model=builtin("mlp"), worker_counts=(2,)).model
@@ -224,7 +224,7 @@ def test_the_communication_patterns_compute_a_users_gradient_like_the_built_ins(
 def test_the_communication_experiment_keys_a_users_model_by_digest_and_refuses_one_that_does_not_fit(
     tmp_path: object,
 ) -> None:
-    from edgelab.experiments import qiao_comm_architectures as comm
+    from edgelab.papers.qiao import comm_architectures as comm
 
     plan = comm.prepare(model=builtin("mlp"), worker_counts=[2], compressors=[], data_dir=str(tmp_path))
     key = plan.run_params(plan.runs[0])["model"]
@@ -238,9 +238,9 @@ def test_the_communication_experiment_keys_a_users_model_by_digest_and_refuses_o
 def test_the_async_experiment_takes_a_users_model_on_the_dataset_its_input_takes(
     cluster: DeviceCluster, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgelab.experiments import park2020_async as exp
-    from edgelab.figures.park2020_async import render_fig3
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
+    from edgelab.papers.park2020 import sync_async as exp
+    from edgelab.papers.park2020.sync_async_figures import render_fig3
 
     wide = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
     with pytest.raises(ConfigError, match=r"^models=.*MNIST's \(28, 28\) or CIFAR-10's \(32, 32, 3\)"):

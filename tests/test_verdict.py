@@ -1,4 +1,4 @@
-"""The verdict policy (edgelab.verdict) and the park2020 items' use of it."""
+"""The verdict policy (edgelab.report.verdict) and the park2020 items' use of it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import pandas as pd
 import pytest
 
-from edgelab import verdict as policy
-from edgelab.figures.park2020 import judge_fig4, judge_time_table
-from edgelab.reference import load_reference
-from edgelab.timeline import Topology
-from edgelab.verdict import Basis, Check, Noise, decide, noise_of
+from edgelab.emulation.timeline import Topology
+from edgelab.papers.park2020.lenet_figures import judge_fig4, judge_time_table
+from edgelab.report import verdict as policy
+from edgelab.report.reference import load_reference
+from edgelab.report.verdict import Basis, Check, Noise, decide, noise_of
 
 PAPER_TIME = pd.Series([100.0, 150.0, 200.0, 250.0], index=[1, 2, 3, 4])
 PAPER_ACC = pd.Series([0.96, 0.97, 0.97, 0.97], index=[1, 2, 3, 4])

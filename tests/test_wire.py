@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 from distributed.protocol import deserialize, serialize, to_serialize
 
-from edgelab.wire import Packed
+from edgelab.common.wire import Packed
 
 
 def _mixed() -> list[np.ndarray]:
@@ -61,7 +61,7 @@ def test_an_empty_list_packs_and_unpacks() -> None:
 
 
 def test_a_flat_list_pickles_its_buffers_once_and_packs_without_a_copy() -> None:
-    from edgelab.wire import Flat, pack
+    from edgelab.common.wire import Flat, pack
 
     arrays = _mixed()
     flat = Flat(*pack(arrays))
@@ -80,7 +80,7 @@ def test_a_flat_list_pickles_its_buffers_once_and_packs_without_a_copy() -> None
 def test_a_bundle_is_one_small_pickle_in_the_message_and_a_frame_per_buffer() -> None:
     from distributed.protocol import dumps, loads
 
-    from edgelab.wire import Bundle
+    from edgelab.common.wire import Bundle
 
     # Prepare: a round's call, a task and the weights of three dtypes
     arrays = _mixed()[:3]

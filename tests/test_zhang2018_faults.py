@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.experiments import zhang2018_faults as exp
-from edgelab.figures import zhang2018_faults as fig
-from edgelab.reference import load_reference
+from edgelab.common.errors import ConfigError
+from edgelab.papers.zhang2018 import faults as exp
+from edgelab.papers.zhang2018 import faults_figures as fig
+from edgelab.report.reference import load_reference
 
 
 def _pooled() -> object:
@@ -147,7 +147,7 @@ def test_the_same_devices_fail_for_every_method_and_the_seed_changes_them() -> N
 
 
 def test_the_durations_are_modelled_without_is_by_design_and_a_changed_answer_is_wrong() -> None:
-    from edgelab.verdict import Basis, Noise, decide
+    from edgelab.report.verdict import Basis, Noise, decide
 
     # Prepare: the report's job, one run of a method whose answers differ from the undisturbed run's
     plan = _plan(tasks=200, failures=tuple(range(7)))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from edgelab.figures import zhang2018_networks
-from edgelab.report import update_manifest
+from edgelab.papers.zhang2018 import networks_figures as zhang2018_networks
+from edgelab.report.manifest import update_manifest
 
 
 def test_the_figure_its_totals_and_every_layer_table_are_written(tmp_path: Path) -> None:

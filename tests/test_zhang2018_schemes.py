@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab.errors import ConfigError
-from edgelab.experiments import zhang2018_schemes as exp
-from edgelab.figures import zhang2018_schemes as fig
+from edgelab.common.errors import ConfigError
+from edgelab.papers.zhang2018 import schemes as exp
+from edgelab.papers.zhang2018 import schemes_figures as fig
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_the_claims_are_read_off_the_curves_of_the_reports_job() -> None:
 
 
 def test_on_a_smaller_job_only_the_claims_that_do_not_depend_on_its_size_are_judged() -> None:
-    from edgelab.verdict import Basis
+    from edgelab.report.verdict import Basis
 
     plan = _plan(end_devices=(1, 2, 3, 4, 5, 6), tasks=16)  # 16 tasks of 2 images, not 200 of 50
 
@@ -141,7 +141,7 @@ def test_on_a_smaller_job_only_the_claims_that_do_not_depend_on_its_size_are_jud
 
 
 def test_eq1_equals_the_clock_and_eq6_must_bound_it() -> None:
-    from edgelab import verdict
+    from edgelab.report import verdict
 
     plan = _plan(end_devices=(1, 2, 4, 8), tasks=8)
     rows = pd.DataFrame({"scheme": "End", "n_end": [1, 2, 4, 8], "clock_s": [8.0, 4.0, 2.0, 1.0]})
@@ -156,7 +156,7 @@ def test_eq1_equals_the_clock_and_eq6_must_bound_it() -> None:
 
 
 def test_a_users_networks_run_every_scheme_on_the_times_given_for_them(cifar10_dir: object) -> None:
-    from edgelab.results import ResultsStore
+    from edgelab.common.results import ResultsStore
 
     times = {"end": 0.02, "edge": 0.005, "cloud": 0.001}  # seconds per image, as measured on one's own devices
     plan = exp.prepare(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from edgelab import verdict
-from edgelab.errors import ConfigError
-from edgelab.experiments import zhang2018_tiers as exp
-from edgelab.tier_models import saved_bytes
+from edgelab.common.errors import ConfigError
+from edgelab.models.tiers import saved_bytes
+from edgelab.papers.zhang2018 import tiers as exp
+from edgelab.report import verdict
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_table2_on_the_clock_is_table1_plus_the_latency_and_transfer_over_fifty_
 
 
 def test_table2_differs_by_the_framework_the_clock_does_not_charge_and_the_latency_share_holds() -> None:
-    from edgelab.figures.zhang2018_tiers import table2_checks
+    from edgelab.papers.zhang2018.tiers_figures import table2_checks
 
     plan = exp.Plan(exp.TiersParams(), None, None, exp.get_profile("native"), [], exp.zhang2018_calibration(), None)  # type: ignore[arg-type]
     table = exp.table2(plan, pd.DataFrame(columns=["tier", "network", "host_ms"]))
@@ -125,7 +125,7 @@ SIZES = pd.DataFrame(
 
 
 def test_accuracy_on_the_stand_in_or_a_brief_training_is_shown_but_never_judged() -> None:
-    from edgelab.figures.zhang2018_tiers import accuracy_checks
+    from edgelab.papers.zhang2018.tiers_figures import accuracy_checks
 
     table = _accuracy_table(
         {"mobilenet": 0.5, "resnet34": 0.73, "wrn-28-10": 0.83}, {"resnet34": 0.61, "wrn-28-10": 0.73}
@@ -143,7 +143,7 @@ def test_accuracy_on_the_stand_in_or_a_brief_training_is_shown_but_never_judged(
 
 
 def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
-    from edgelab.figures.zhang2018_tiers import accuracy_checks
+    from edgelab.papers.zhang2018.tiers_figures import accuracy_checks
 
     plan = _plan("data_dir", 50_000, 200)
     same = _accuracy_table(
@@ -166,9 +166,9 @@ def test_accuracy_at_the_reports_setting_is_judged_claim_by_claim() -> None:
 
 def test_a_coarse_only_network_trained_alone_gives_a_numeric_table_and_its_text(cifar10_dir: object) -> None:
     # MobileNet answers only coarse labels: its fine accuracy is missing, and once was None in an object column
-    from edgelab.experiments.harness import run_key
-    from edgelab.figures.zhang2018_tiers import accuracy_text
-    from edgelab.results import StoredRun
+    from edgelab.common.results import StoredRun
+    from edgelab.papers.harness import run_key
+    from edgelab.papers.zhang2018.tiers_figures import accuracy_text
 
     plan = exp.prepare(data_dir=str(cifar10_dir), accuracy_networks=["mobilenet"], networks=["mobilenet"])
     [run] = [r for r in plan.runs if isinstance(r, exp.AccuracyRun)]

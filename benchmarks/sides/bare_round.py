@@ -3,7 +3,7 @@
 What part A's overhead would be if edgelab were nothing but its step. Each
 device is a plain process (no Dask, no nanny, no event loop) holding a shard
 of the digits, with the very step an edgelab device runs
-(``edgelab.runtime._train_steps``: the same compiled call, gather and delta)
+(``edgelab.runtime.steps.train_steps``: the same compiled call, gather and delta)
 and one plain TCP connection to the client. A round: the client sends the
 flat weights to every device (no pickle, no header), each device receives
 them into the same buffer every round, trains one batch and sends back two
@@ -12,7 +12,7 @@ own, sums them into a float64 running mean as they arrive (the parameter
 server's arithmetic, in preallocated buffers) and adds the mean to the
 weights in place. No records, no memory readings, no recovery, no checks. The
 devices share the host's cores under the policy edgelab's devices use
-(``edgelab.device_scheduling``), so that the two differ in their plumbing alone.
+(``edgelab.cluster.device_scheduling``), so that the two differ in their plumbing alone.
 
 Overhead = round wall minus compute, with compute as part A defines it (the
 slowest device's step wall, or the devices' step CPU over the host's cores
@@ -58,14 +58,16 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
     if own_process:
         os.environ.update({"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from edgelab import device_scheduling, runtime
-    from edgelab.models import ModelSpec
-    from edgelab.wire import Flat, aligned_empty, pack
+    from edgelab.cluster import device_scheduling
+    from edgelab.common.wire import Flat, aligned_empty, pack
+    from edgelab.models.builtin import ModelSpec
+    from edgelab.runtime.plugin import DeviceRuntime
+    from edgelab.runtime.steps import Shard, train_steps
 
     if own_process:
         device_scheduling.apply(device_scheduling.chosen())  # sharing the cores as edgelab's devices do
-    model = runtime.DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
-    shard = runtime._Shard(x, y, channel_axis=False)
+    model = DeviceRuntime().model(ModelSpec("mlp"))  # built and traced as a device builds it
+    shard = Shard(x, y, channel_axis=False)
     layout, (flat,) = pack(model.get_weights())
     buffer = aligned_empty(flat.nbytes, np.uint8)  # as a device's channel receives: TensorFlow takes it uncopied
     weights = Flat(layout, (buffer.view(flat.dtype),))  # the arrays are views of the buffer each round refills
@@ -77,7 +79,7 @@ def serve(port: int, x: np.ndarray, y: np.ndarray, index: int, batch: int, seed:
             order = shard.order(seed, index, step // per_epoch)
             start = step % per_epoch * batch
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            delta, _ = runtime._train_steps(model, shard, weights, order[start : start + batch], 1, batch)
+            delta, _ = train_steps(model, shard, weights, order[start : start + batch], 1, batch)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             sock.sendmsg([TIMES.pack(wall, cpu), memoryview(pack(delta.arrays)[1][0]).cast("B")])
             step += 1
@@ -147,8 +149,8 @@ def _connect_and_run(
     n: int, start: Callable[[int], None], *, rounds: int, repeats: int, batch: int
 ) -> list[dict[str, Any]]:
     """Listen, ``start(port)`` the ``n`` devices, accept them, then ``repeats`` runs of ``rounds`` rounds."""
-    from edgelab.models import ModelSpec, build_model
-    from edgelab.wire import pack
+    from edgelab.common.wire import pack
+    from edgelab.models.builtin import ModelSpec, build_model
 
     cores = len(os.sched_getaffinity(0))
     _, (initial,) = pack(build_model(ModelSpec("mlp")).get_weights())

@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> None:
 
     import numpy as np
 
-    from edgelab.cluster import connect
     from edgelab.data import load_dataset
-    from edgelab.train import TrainConfig, train
+    from edgelab.runtime.devices import connect
+    from edgelab.train.data_parallel import TrainConfig, train
 
     data = load_dataset("mnist", sample_limit=args.samples, test_limit=100)
     cfg = TrainConfig(

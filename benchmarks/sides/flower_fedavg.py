@@ -2,7 +2,7 @@
 
 The same work as edgelab's ``sync_every="epoch"`` run beside it: ``--clients``
 clients, each with the same iid shard of the digits edgelab gives a device
-(``edgelab.data.partition``), the same seeded MLP (``edgelab.models.build_model``,
+(``edgelab.data.partition``), the same seeded MLP (``edgelab.models.builtin.build_model``,
 SGD 0.05), one local epoch of batch 64 per round, weighted averaging on the
 server, no evaluation inside the rounds. One CPU per client (Ray schedules two
 clients at a time on two cores) and one TensorFlow thread per process, as
@@ -61,7 +61,7 @@ def _client_data(partition: int) -> tuple[Any, Any]:
     if partition not in shards:
         from edgelab.data import load_dataset
         from edgelab.data import partition as split
-        from edgelab.models import prepare_images
+        from edgelab.models.builtin import prepare_images
 
         s = _settings()
         data = load_dataset("mnist", sample_limit=s["samples"], test_limit=100)
@@ -74,7 +74,7 @@ def _model() -> Any:
     """One model per client process, built and traced once, as a Flower user keeps it."""
     cache = _cache()
     if cache.model is None:
-        from edgelab.models import ModelSpec, build_model
+        from edgelab.models.builtin import ModelSpec, build_model
 
         cache.model = build_model(ModelSpec("mlp", learning_rate=_settings()["learning_rate"]))
     return cache.model
@@ -116,7 +116,7 @@ def _apps() -> tuple[Any, Any, list[float], list[float]]:
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        from edgelab.models import ModelSpec, build_model
+        from edgelab.models.builtin import ModelSpec, build_model
 
         s = _settings()
         strategy = TimedFedAvg(

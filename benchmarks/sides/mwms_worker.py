@@ -2,7 +2,7 @@
 
 Run by ``bench_sync.py`` as two local processes (``--index 0`` and ``1``), each
 with its own half of the digits, one TensorFlow thread, the same seeded MLP
-``edgelab.models.build_model`` builds and the same batch of 64 per worker. The
+``edgelab.models.builtin.build_model`` builds and the same batch of 64 per worker. The
 gradients are all-reduced by TensorFlow's collective ops (ring) between the
 two processes at every step. Prints one JSON line: steps per second over the
 measured steps, after an unmeasured warm-up (tracing, the collective's setup).
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     import tensorflow as tf
 
     from edgelab.data import load_dataset
-    from edgelab.models import ModelSpec, build_model, prepare_images
+    from edgelab.models.builtin import ModelSpec, build_model, prepare_images
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     data = load_dataset("mnist", sample_limit=args.samples, test_limit=100)

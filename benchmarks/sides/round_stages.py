@@ -59,9 +59,9 @@ WARMUP = 20
 
 def _trace_device(dask_worker: Any = None) -> None:
     """Wrap this device's round-channel stages so that each round call leaves its stamps (``_untrace_device``)."""
-    import edgelab.channel as channel
-    import edgelab.round_wire as round_wire
-    import edgelab.runtime as runtime
+    import edgelab.runtime.channel as channel
+    import edgelab.runtime.round_wire as round_wire
+    from edgelab.runtime import protocol
 
     if hasattr(channel, "_stage_originals"):
         channel._stage_calls.clear()
@@ -70,7 +70,7 @@ def _trace_device(dask_worker: Any = None) -> None:
     local = threading.local()  # the call a channel's thread is answering
     originals = (channel.receive_frame, channel.send_message, round_wire.decode_call, round_wire.encode_reply)
     receive_frame, send_message, decode_call, encode_reply = originals
-    train_round = runtime.DIRECT_FUNCTIONS["train_round"]
+    train_round = protocol.resolve(round_wire.ROUND_FN).func
 
     def traced_receive_frame(sock: Any, *args: Any, **kwargs: Any) -> Any:
         out = receive_frame(sock, *args, **kwargs)
@@ -106,21 +106,21 @@ def _trace_device(dask_worker: Any = None) -> None:
     channel._stage_calls = calls
     channel.receive_frame, channel.send_message = traced_receive_frame, traced_send_message
     round_wire.decode_call, round_wire.encode_reply = traced_decode_call, traced_encode_reply
-    runtime.DIRECT_FUNCTIONS["train_round"] = traced_train_round
+    protocol.replace_call(round_wire.ROUND_FN, traced_train_round)
 
 
 def _untrace_device(dask_worker: Any = None) -> list[dict[str, float]]:
     """Take this device's wrappers off; the stamps of the calls it answered meanwhile."""
-    import edgelab.channel as channel
-    import edgelab.round_wire as round_wire
-    import edgelab.runtime as runtime
+    import edgelab.runtime.channel as channel
+    import edgelab.runtime.round_wire as round_wire
+    from edgelab.runtime import protocol
 
     if not hasattr(channel, "_stage_originals"):
         return []
     receive_frame, send_message, decode_call, encode_reply, train_round = channel._stage_originals
     channel.receive_frame, channel.send_message = receive_frame, send_message
     round_wire.decode_call, round_wire.encode_reply = decode_call, encode_reply
-    runtime.DIRECT_FUNCTIONS["train_round"] = train_round
+    protocol.replace_call(round_wire.ROUND_FN, train_round)
     calls = list(channel._stage_calls)
     del channel._stage_originals, channel._stage_calls
     return calls
@@ -136,9 +136,9 @@ def trace_client(run: Callable[[], Any]) -> tuple[Any, list[tuple[str, int, floa
     (a call to the device whose channel listens on ``port`` starts out, is
     sent), ``reply`` (its reply read and decoded), ``mean0``/``mean1``.
     """
-    import edgelab.channel as channel
+    import edgelab.runtime.channel as channel
     import edgelab.sync.aggregate as aggregate
-    import edgelab.train as train
+    import edgelab.train.data_parallel as train
 
     events: list[tuple[str, int, float]] = []
     send_message, receive_reply = channel.send_message, channel._receive_reply
@@ -200,21 +200,37 @@ def stage_times(
     The first ``warmup`` rounds are left out, and the device calls made in
     them; by default ``WARMUP``, or a quarter of a shorter run's rounds.
     """
+    rounds = _rounds(events)
+    if warmup is None:
+        warmup = min(WARMUP, len(rounds) // 4)
+    if len(rounds) <= warmup + 1:
+        raise ValueError(f"a traced run needs more than {warmup + 1} whole rounds, got {len(rounds)}")
+    out: dict[str, list[float]] = {name: [] for name in (*CLIENT_STAGES, *DEVICE_STAGES)}
+    sends, replies = _client_stages(events, rounds, warmup, out)
+    _device_stages(calls, rounds[warmup][0][2], sends, replies, out)
+    return {name: 1e3 * float(statistics.median(values)) if values else float("nan") for name, values in out.items()}
+
+
+def _rounds(events: list[tuple[str, int, float]]) -> list[list[tuple[str, int, float]]]:
+    """The client's events of each whole round (from its ``round0`` to its ``round1``), in order."""
     rounds: list[list[tuple[str, int, float]]] = []
     for kind, port, t in events:
         if kind == "round0":
             rounds.append([])
         elif rounds and (not rounds[-1] or rounds[-1][-1][0] != "round1"):
             rounds[-1].append((kind, port, t))
-    rounds = [r for r in rounds if r and r[-1][0] == "round1"]
-    if warmup is None:
-        warmup = min(WARMUP, len(rounds) // 4)
-    if len(rounds) <= warmup + 1:
-        raise ValueError(f"a traced run needs more than {warmup + 1} whole rounds, got {len(rounds)}")
-    out: dict[str, list[float]] = {name: [] for name in (*CLIENT_STAGES, *DEVICE_STAGES)}
+    return [r for r in rounds if r and r[-1][0] == "round1"]
+
+
+def _client_stages(
+    events: list[tuple[str, int, float]],
+    rounds: list[list[tuple[str, int, float]]],
+    warmup: int,
+    out: dict[str, list[float]],
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Add the client's stages of the rounds after ``warmup`` to ``out``; every call's send and reply, by port."""
     sends: dict[int, list[float]] = {}
     replies: dict[int, list[float]] = {}
-    start = rounds[warmup][0][2]
     means = list(zip(_all(events, "mean0"), _all(events, "mean1"), strict=True))
     for i, rnd in enumerate(rounds):
         for kind, port, t in rnd:
@@ -236,11 +252,22 @@ def stage_times(
                 out["mean_and_step"].append(inside[0])
     ordered_sends = {port: np.array(ts) for port, ts in sends.items()}
     ordered_replies = {port: np.array(ts) for port, ts in replies.items()}
+    return ordered_sends, ordered_replies
+
+
+def _device_stages(
+    calls: list[dict],
+    start: float,
+    sends: dict[int, np.ndarray],
+    replies: dict[int, np.ndarray],
+    out: dict[str, list[float]],
+) -> None:
+    """Add the device's stages of every call made from ``start`` on to ``out``, each matched to its send and reply."""
     for call in calls:
-        if call["in"] < start or call["port"] not in ordered_sends or "sent" not in call:
+        if call["in"] < start or call["port"] not in sends or "sent" not in call:
             continue
-        sent = ordered_sends[call["port"]]
-        back = ordered_replies.get(call["port"], np.array([]))
+        sent = sends[call["port"]]
+        back = replies.get(call["port"], np.array([]))
         k = int(np.searchsorted(sent, call["in"])) - 1  # the last call sent to it before it had one whole
         j = int(np.searchsorted(back, call["sent"]))  # the first reply read after it sent this one
         if k < 0 or j >= len(back):
@@ -253,7 +280,6 @@ def stage_times(
         out["encode"].append(call["encoded"] - call["returned"])
         out["send_reply"].append(call["sent"] - call["encoded"])
         out["reply_in_flight"].append(back[j] - call["sent"])
-    return {name: 1e3 * float(statistics.median(values)) if values else float("nan") for name, values in out.items()}
 
 
 def _all(events: list[tuple[str, int, float]], kind: str) -> list[float]:

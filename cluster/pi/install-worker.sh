@@ -5,7 +5,7 @@
 # edgelab-worker.service, enabled and started. Run it as root from a checkout
 # of the repository on the Pi, with a folder holding this board's share of the
 # certificates (on the machine that makes them:
-# python -m edgelab.tls OUT_DIR SCHEDULER_ADDRESS, then copy OUT_DIR's ca.pem,
+# python -m edgelab.cluster.tls OUT_DIR SCHEDULER_ADDRESS, then copy OUT_DIR's ca.pem,
 # worker.pem and worker-key.pem to the board):
 #
 #   sudo cluster/pi/install-worker.sh --scheduler tls://192.168.1.10:8786 --device pi3b-0 --tls-dir ~/edgelab-tls
@@ -49,7 +49,7 @@ usage: $0 --scheduler tls://HOST:8786 --device NAME --tls-dir DIR [--tier edge] 
        $0 --insecure-plain-tcp --scheduler tcp://HOST:8786 --device NAME [...]
   --scheduler  the Dask scheduler's address, tls://HOST:PORT (tcp:// only with --insecure-plain-tcp)
   --device     this board's device name, e.g. pi3b-0: the worker's name and its resource device-NAME
-  --tls-dir    a folder with ca.pem, worker.pem and worker-key.pem as python -m edgelab.tls writes them;
+  --tls-dir    a folder with ca.pem, worker.pem and worker-key.pem as python -m edgelab.cluster.tls writes them;
                installed to $tls_target (the key readable by root and the worker's group only)
   --insecure-plain-tcp  no TLS (a lab bench only): any host that reaches the scheduler may join or run code
   --tier       the tier resource, tier-TIER (default edge)
@@ -120,7 +120,7 @@ fi
 if ! $plain_tcp; then
     for file in "${tls_files[@]}"; do
         [[ -f "$tls_dir/$file" ]] ||
-            fail "--tls-dir $tls_dir has no $file (python -m edgelab.tls writes ca.pem, worker.pem, worker-key.pem)"
+            fail "--tls-dir $tls_dir has no $file (python -m edgelab.cluster.tls writes ca.pem, worker.pem, worker-key.pem)"
     done
 fi
 
@@ -160,7 +160,7 @@ YAML
 chown "$user:$group" "$home/.config/dask/no-malloc-trim.yaml"
 
 # The certificates: readable by all but the key, which only root and the worker's group read.
-# Installed afresh each run (a new set from python -m edgelab.tls replaces the old one).
+# Installed afresh each run (a new set from python -m edgelab.cluster.tls replaces the old one).
 if ! $plain_tcp; then
     install -d -o root -g root -m 0755 /etc/edgelab "$tls_target"
     install -o root -g root -m 0644 "$tls_dir/ca.pem" "$tls_dir/worker.pem" "$tls_target/"

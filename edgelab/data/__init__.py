@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
 from edgelab.data.dataset import Dataset
 from edgelab.data.partition import partition, shard_sizes, shared_subset_split
-from edgelab.errors import ConfigError
 
 __all__ = ["DATASETS", "Dataset", "load_dataset", "partition", "shard_sizes", "shared_subset_split"]
 
@@ -85,11 +86,8 @@ def load_dataset(
     if name not in DATASETS:
         raise ConfigError("name", name, f"one of {DATASETS}")
     for parameter, limit in (("sample_limit", sample_limit), ("test_limit", test_limit)):
-        bad = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        if limit is not None and bad:
-            raise ConfigError(parameter, limit, "a positive int or None")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError("seed", seed, "a non-negative int")
+        checks.integer(parameter, limit, at_least=1, none="no limit")
+    checks.integer("seed", seed)
 
     for option, value in options.items():
         if option not in _OPTIONS[name]:

@@ -44,9 +44,9 @@ import numpy as np
 import PIL
 from PIL import Image
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import default_data_dir, keras_get_file, reference_sha256, sha256_file, verify_checksum
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 VARIANTS = ("auto", "full_jpeg", "lossless_subset", "package_sample")
@@ -160,7 +160,7 @@ def _official(root: Path, tried: list[str]) -> Dataset | None:
     tarball = next((root / t for t in _TARS if (root / t).is_file()), None)
     if tarball is not None:
         tried.append(f"data_dir: using {tarball}")
-        status = _verify(tarball, root, fallback=_KERAS_HASH)
+        status = verify_file(tarball, root, fallback=_KERAS_HASH)
         return _official_dataset(_read_tar(tarball), "data_dir", tarball, status, tried)
     tried.append(f"data_dir: no {_BATCHES}/ or {_TAR} in {root}, {root / 'cifar10'} (or Keras' {_BATCH_DIRS[2]})")
     return None
@@ -173,7 +173,7 @@ def _offline(root: Path, variant: str, tried: list[str]) -> Dataset | None:
         tried.append(f"data_dir_jpeg: not asked for (variant={variant!r})")
     elif train.is_file() and test.is_file():
         tried.append(f"data_dir_jpeg: using {train} and {test}")
-        status = f"train {_verify(train, root)}; test {_verify(test, root)}"
+        status = f"train {verify_file(train, root)}; test {verify_file(test, root)}"
         x_train, y_train = _decode_jpegs(train, "train")
         arrays = _load_npz(test, ("x", "y", "label_names"))
         x_test, y_test = _checked(test, "test", arrays["x"], arrays["y"])
@@ -186,7 +186,7 @@ def _offline(root: Path, variant: str, tried: list[str]) -> Dataset | None:
         tried.append(f"data_dir_lossless_subset: not asked for (variant={variant!r})")
     elif subset.is_file():
         tried.append(f"data_dir_lossless_subset: using {subset}")
-        status = _verify(subset, root)
+        status = verify_file(subset, root)
         arrays = _load_npz(subset, ("x_train", "y_train", "x_test", "y_test", "label_names"))
         x_train, y_train = _checked(subset, "train", arrays["x_train"], arrays["y_train"])
         x_test, y_test = _checked(subset, "test", arrays["x_test"], arrays["y_test"])
@@ -208,7 +208,7 @@ def _download(root: Path, allow_download: bool, tried: list[str]) -> Dataset | N
         tried.append(f"keras_download: failed ({type(exc).__name__}: {exc})")
         return None
     tried.append(f"keras_download: downloaded {path}")
-    status = _verify(path, path.parent, fallback=_KERAS_HASH)
+    status = verify_file(path, path.parent, fallback=_KERAS_HASH)
     dataset = _official_dataset(_read_tar(path), "keras_download", path, status, tried)
     try:
         path.with_name(path.name + ".sha256").write_text(f"{sha256_file(path)}  {path.name}\n", encoding="utf-8")
@@ -258,7 +258,7 @@ def _png(path: Path) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
 
 
-class _ArrayUnpickler(pickle.Unpickler):
+class ArrayUnpickler(pickle.Unpickler):
     """Unpickler for the official batches: it rebuilds numpy arrays and refuses every other global."""
 
     # _codecs.encode: how a protocol-2 pickle written by Python 3 stores bytes (it only re-encodes a string).
@@ -269,6 +269,7 @@ class _ArrayUnpickler(pickle.Unpickler):
     ) | {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
 
     def find_class(self, module: str, name: str) -> Any:
+        """The global ``module.name`` if it is one a batch needs; any other is refused."""
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(f"refused to load the global {module}.{name}")
         # The official batches name numpy.core, which numpy 2 renamed numpy._core.
@@ -278,7 +279,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 def _read_batch(blob: bytes, origin: Path | str) -> tuple[np.ndarray, np.ndarray]:
     """Unpickle one official batch into NHWC uint8 images and its labels."""
     try:
-        batch = _ArrayUnpickler(io.BytesIO(blob), encoding="bytes").load()
+        batch = ArrayUnpickler(io.BytesIO(blob), encoding="bytes").load()
         data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except Exception as exc:  # noqa: BLE001 - garbage can fail to unpickle in many ways; all mean a bad file
         raise CorruptDataError(
@@ -331,7 +332,7 @@ def _dataset(
     )
 
 
-def _verify(path: Path, root: Path, *, fallback: tuple[str, str] | None = None) -> str:
+def verify_file(path: Path, root: Path, *, fallback: tuple[str, str] | None = None) -> str:
     """Verify against the data directory's references, else those beside the file, else `fallback`."""
     for base in (root, path.parent):
         if reference_sha256(path, base) is not None:
@@ -407,7 +408,7 @@ def _decode_jpegs(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _disk_copy(key: tuple[str, int, int]) -> Path:
     """Where the decoded arrays of one JPEG file (as it is now, by this Pillow) are kept between processes."""
-    from edgelab.paths import cache_dir
+    from edgelab.common.paths import cache_dir
 
     ident = "|".join(map(str, (*key, f"Pillow {PIL.__version__}", _DISK_CACHE_REVISION)))
     return cache_dir() / "decoded" / f"cifar10-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.npz"

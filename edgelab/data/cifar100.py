@@ -40,12 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
+
 # The unpickler and checksum lookup are cifar10's: one audited copy of each for the same file family.
 from edgelab.data.cifar10 import CLASS_NAMES as CIFAR10_CLASS_NAMES
-from edgelab.data.cifar10 import _ArrayUnpickler, _verify, load_cifar10
+from edgelab.data.cifar10 import ArrayUnpickler, load_cifar10, verify_file
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import default_data_dir, keras_get_file, sha256_file
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 LABELS = ("fine", "coarse")
 VARIANTS = ("auto", "sample", "cifar10_standin")
@@ -186,7 +187,7 @@ def _official(root: Path, labels: str, tried: list[str]) -> Dataset | None:
     tarball = next((root / t for t in _TARS if (root / t).is_file()), None)
     if tarball is not None:
         tried.append(f"data_dir: using {tarball}")
-        status = _verify(tarball, root, fallback=_KERAS_HASH)
+        status = verify_file(tarball, root, fallback=_KERAS_HASH)
         return _official_dataset(_read_tar(tarball), "data_dir", tarball, status, labels, tried)
     tried.append(f"data_dir: no {_FOLDER}/ or {_TAR} in {root}, {root / 'cifar100'} (or Keras' {_FOLDERS[2]})")
     return None
@@ -209,7 +210,7 @@ def _download(root: Path, allow_download: bool, labels: str, tried: list[str]) -
         tried.append(f"keras_download: failed ({type(exc).__name__}: {exc})")
         return None
     tried.append(f"keras_download: downloaded {path}")
-    status = _verify(path, path.parent, fallback=_KERAS_HASH)
+    status = verify_file(path, path.parent, fallback=_KERAS_HASH)
     dataset = _official_dataset(_read_tar(path), "keras_download", path, status, labels, tried)
     try:
         path.with_name(path.name + ".sha256").write_text(f"{sha256_file(path)}  {path.name}\n", encoding="utf-8")
@@ -228,7 +229,7 @@ def _sample(root: Path, labels: str, variant: str, tried: list[str]) -> Dataset 
         tried.append(f"data_dir_sample: not used ({path} holds only 20 test images; variant='sample' takes them)")
         return None
     tried.append(f"data_dir_sample: using {path}")
-    status = _verify(path, root)
+    status = verify_file(path, root)
     arrays = _load_npz(path)
     fine_names = [str(n) for n in arrays["fine_label_names"].tolist()]
     coarse_names = [str(n) for n in arrays["coarse_label_names"].tolist()]
@@ -355,7 +356,7 @@ def _dataset(
 def _unpickle(blob: bytes, origin: str, keys: tuple[bytes, ...]) -> dict[bytes, Any]:
     """Unpickle one official file (arrays, lists, bytes, ints only) and check it has `keys`."""
     try:
-        content = _ArrayUnpickler(io.BytesIO(blob), encoding="bytes").load()
+        content = ArrayUnpickler(io.BytesIO(blob), encoding="bytes").load()
     except Exception as exc:  # noqa: BLE001 - garbage can fail to unpickle in many ways; all mean a bad file
         raise CorruptDataError(
             f"{origin}: expected a CIFAR-100 python file (a pickled dict with {[k.decode() for k in keys]}), "

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgelab.common.errors import CorruptDataError, DataError
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, sha256_file, verify_checksum
-from edgelab.errors import CorruptDataError, DataError
 
 # Where Keras' mnist.load_data() downloads from, and the sha256 it publishes for that file
 # (keras 3.15.1, keras/src/datasets/mnist.py, load_data: get_file(..., file_hash=...)).

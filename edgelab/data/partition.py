@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
 
 SCHEMES = ("iid", "label")
 
@@ -35,7 +36,7 @@ def shard_sizes(n_samples: int, n_devices: int) -> list[int]:
     >>> shard_sizes(10, 3)
     [4, 3, 3]
     """
-    _check_devices(n_devices, n_samples)
+    checks.integer("n_devices", n_devices, at_least=1, at_most=n_samples, numpy=True)
     base, extra = divmod(n_samples, n_devices)
     return [base + (1 if i < extra else 0) for i in range(n_devices)]
 
@@ -86,13 +87,10 @@ def partition(
     if labels.ndim != 1:
         raise ConfigError("labels", f"array of shape {labels.shape}", "a 1-D array of shape (N,)")
     n_samples = len(labels)
-    _check_devices(n_devices, n_samples)
+    checks.integer("n_devices", n_devices, at_least=1, at_most=n_samples, numpy=True)
     if scheme not in SCHEMES:
         raise ConfigError("scheme", scheme, f"one of {SCHEMES}")
-    if isinstance(classes_per_device, bool) or not isinstance(classes_per_device, int):
-        raise ConfigError("classes_per_device", classes_per_device, "an int >= 1")
-    if classes_per_device < 1:
-        raise ConfigError("classes_per_device", classes_per_device, "an int >= 1")
+    checks.integer("classes_per_device", classes_per_device, at_least=1)
 
     rng = np.random.default_rng(seed)
     if scheme == "iid":
@@ -113,14 +111,6 @@ def partition(
         np.concatenate([chunks[c] for c in owner[d * classes_per_device : (d + 1) * classes_per_device]])
         for d in range(n_devices)
     ]
-
-
-def _check_devices(n_devices: int, n_samples: int) -> None:
-    """Reject a device count outside 1..n_samples."""
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int | np.integer):
-        raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples}")
-    if not 1 <= n_devices <= n_samples:
-        raise ConfigError("n_devices", n_devices, f"an int between 1 and {n_samples} (samples)")
 
 
 def shared_subset_split(

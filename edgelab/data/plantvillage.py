@@ -28,15 +28,17 @@ import re
 import socket
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import PIL
 from PIL import Image
 
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError, CorruptDataError, DataError
 from edgelab.data.dataset import Dataset
 from edgelab.data.sources import DOWNLOAD_TIMEOUT_S, default_data_dir, verify_checksum
-from edgelab.errors import ConfigError, CorruptDataError, DataError
 
 # The paper used Kaggle's PlantVillage; this Kaggle copy holds the 10 tomato class folders.
 KAGGLE_DATASET = "emmarex/plantdisease"
@@ -126,13 +128,9 @@ def load_plantvillage(
     >>> ds.x_train.shape, ds.notes["raw_class_counts"]  # doctest: +SKIP
     ((1280, 224, 224, 3), [160, 160, 160, 160, 160, 160, 160, 160, 160, 160])
     """
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < MIN_IMAGE_SIZE:
-        raise ConfigError("image_size", image_size, f"an integer >= {MIN_IMAGE_SIZE} (MobileNetV2's minimum input)")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError("seed", seed, "a non-negative int")
-    fraction_ok = isinstance(validation_fraction, int | float) and not isinstance(validation_fraction, bool)
-    if not fraction_ok or not 0 < validation_fraction < 1:
-        raise ConfigError("validation_fraction", validation_fraction, "a number strictly between 0 and 1")
+    checks.integer("image_size", image_size, at_least=MIN_IMAGE_SIZE)  # MobileNetV2's minimum input
+    checks.integer("seed", seed)
+    checks.number("validation_fraction", validation_fraction, above=0, below=1)
     root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     if allow_download is None:
         allow_download = os.environ.get("EDGELAB_OFFLINE") != "1"
@@ -142,16 +140,14 @@ def load_plantvillage(
     tree = _find_tree(root / d for d in _TREE_DIRS)
     if tree is not None:
         tried.append(f"data_dir_tree: using {tree[0]}")
-        labels, fetch = _read_tree(*tree)
-        return build(labels, fetch, "data_dir_tree", tree[0], _TREE_STATUS, tried)
+        return build(_Source(*_read_tree(*tree), "data_dir_tree", tree[0], _TREE_STATUS), tried)
     tried.append(f"data_dir_tree: no tomato class folders in {' or '.join(str(root / d) for d in _TREE_DIRS)}")
 
     found = next((root / c for c in _NPZ_CANDIDATES if (root / c).is_file()), None)
     if found is not None:
         tried.append(f"data_dir: using {found}")
         checksum_status = verify_checksum(found, root)
-        labels, fetch = _read_npz(found)
-        return build(labels, fetch, "data_dir", found, checksum_status, tried)
+        return build(_Source(*_read_npz(found), "data_dir", found, checksum_status), tried)
     tried.append(f"data_dir: no {' or '.join(_NPZ_CANDIDATES)} in {root}")
 
     downloaded = _kaggle_download(allow_download, tried)
@@ -159,9 +155,8 @@ def load_plantvillage(
         tree = _find_tree(_walk_dirs(downloaded, depth=2))
         if tree is not None:
             tried.append(f"kaggle_download: using {tree[0]}")
-            labels, fetch = _read_tree(*tree)
             status = f"{_TREE_STATUS} (downloaded by kagglehub)"
-            return build(labels, fetch, "kaggle_download", tree[0], status, tried)
+            return build(_Source(*_read_tree(*tree), "kaggle_download", tree[0], status), tried)
         tried.append(f"kaggle_download: no tomato class folders within two levels of {downloaded}")
 
     attempts = "\n".join(f"  - {t}" for t in tried)
@@ -214,12 +209,19 @@ def stratified_split(labels: np.ndarray, *, validation_fraction: float, seed: in
     return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(validation))
 
 
+@dataclass(frozen=True)
+class _Source:
+    """A source that was found: its samples' labels, a reader of their files, and where they came from."""
+
+    labels: np.ndarray
+    fetch: _Fetch
+    name: str  # the source's kind, recorded as ``Dataset.source``
+    path: Path
+    checksum_status: str
+
+
 def _dataset(
-    labels: np.ndarray,
-    fetch: _Fetch,
-    source: str,
-    path: Path,
-    checksum_status: str,
+    source: _Source,
     tried: list[str],
     *,
     image_size: int,
@@ -227,6 +229,7 @@ def _dataset(
     validation_fraction: float,
 ) -> Dataset:
     """Split the samples, decode each side in its final order and wrap them as a Dataset."""
+    labels, fetch = source.labels, source.fetch
     train, validation = stratified_split(labels, validation_fraction=validation_fraction, seed=seed)
     if len(train) == 0 or len(validation) == 0:
         raise ConfigError(
@@ -245,9 +248,9 @@ def _dataset(
         y_train=labels[train],
         x_test=_decode_all(fetch, validation, image_size),
         y_test=labels[validation],
-        source=source,
-        source_path=str(path),
-        checksum_status=checksum_status,
+        source=source.name,
+        source_path=str(source.path),
+        checksum_status=source.checksum_status,
         full_train_size=len(train),
         tried=tuple(tried),
         class_names=CLASS_NAMES,

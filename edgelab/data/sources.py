@@ -11,7 +11,7 @@ import os
 import socket
 from pathlib import Path
 
-from edgelab.errors import CorruptDataError
+from edgelab.common.errors import CorruptDataError
 
 # Seconds before a download attempt gives up, so machines without network fail fast.
 DOWNLOAD_TIMEOUT_S = 10.0

@@ -5,31 +5,20 @@ Distributed Deep Learning Pipeline" (catalog ``jeon``). They cut a fine-tuned
 MobileNetV2 of 157 layers into 5 stages of 27/27/36/53/14 layers "considering
 the amount of computation"; each node sends its output activation to the next.
 
-A cut after layer ``i`` is valid when exactly one tensor crosses from
-``model.layers[:i + 1]`` to ``model.layers[i + 1:]``, so a stage needs nothing
-from its predecessor but that one tensor and no residual connection is ever
-cut. ``model.layers`` order is topological for functional models, so a stage
-is a contiguous run of layers.
-
-The graph is read from Keras' private node bookkeeping (``model._nodes_by_depth``,
-``node.arguments``, ``tensor._keras_history``): Keras 3 has no public API for a
-model's call graph. Keras is imported inside the functions: importing TensorFlow
-costs ~620 MB of RSS, and only device workers should pay it.
+The cuts are those ``edgelab.models.graph`` finds valid (one tensor crosses,
+no residual connection is cut); a stage is a contiguous run of layers.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-import numbers
-import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgelab.errors import ConfigError
+from edgelab.common.checks import is_integer
+from edgelab.common.errors import ConfigError
+from edgelab.models.graph import Graph, LayerCost, layer_costs, resolve_model, tensor_bytes, tensor_shape
 
 if TYPE_CHECKING:
     import keras
@@ -38,34 +27,6 @@ if TYPE_CHECKING:
 BALANCES = ("macs", "params", "time")
 # Jeon et al. l.163: layers per stage of the 157-layer model.
 JEON_STAGE_SIZES = (27, 27, 36, 53, 14)
-_MODEL_ALLOWED = "a Keras functional model or a function that builds one"
-
-
-@dataclass(frozen=True)
-class LayerCost:
-    """What one layer costs per image.
-
-    Parameters
-    ----------
-    index, name, kind
-        Position in ``model.layers``, layer name and class name.
-    macs
-        Multiply-accumulates per image (see ``layer_costs`` for which layers count).
-    params
-        Parameters, trainable or not (BatchNormalization's moving statistics included).
-    output_shape
-        Shape of the layer's output without the batch axis.
-    output_bytes
-        Bytes of the layer's outputs per image, at their dtype (float32: 4 per element).
-    """
-
-    index: int
-    name: str
-    kind: str
-    macs: int
-    params: int
-    output_shape: tuple[int, ...]
-    output_bytes: int
 
 
 @dataclass(frozen=True)
@@ -192,10 +153,6 @@ class Partition:
         }
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
@@ -204,198 +161,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def resolve_model(model: keras.Model | Callable[[], keras.Model]) -> keras.Model:
-    """Return the functional model ``model`` is, or builds.
-
-    Parameters
-    ----------
-    model
-        A built functional ``keras.Model`` or a function of no arguments that returns one.
-        A built ``keras.Sequential`` becomes the equivalent functional model over the same
-        layer objects, so its ``layers`` gain the ``InputLayer`` at index 0.
-
-    Returns
-    -------
-    keras.Model
-        A functional model.
-    """
-    import keras
-
-    if not isinstance(model, keras.Model) and callable(model):
-        try:
-            inspect.signature(model).bind()
-        except (TypeError, ValueError) as err:
-            raise ConfigError("model", model, _MODEL_ALLOWED + " (it takes no arguments)") from err
-        model = model()
-    if isinstance(model, keras.Sequential):
-        try:
-            model = keras.Model(model.inputs, model.outputs, name=model.name)
-        except (AttributeError, ValueError) as err:
-            raise ConfigError("model", model, _MODEL_ALLOWED + " (this Sequential model is not built)") from err
-    if not isinstance(model, keras.Model) or not isinstance(getattr(model, "_nodes_by_depth", None), dict):
-        raise ConfigError("model", model, _MODEL_ALLOWED)
-    return model
-
-
-class _Graph:
-    """The call graph of a functional model, with every operation at its position in ``model.operations``.
-
-    ``model.operations`` is ``model.layers`` plus bare ops (``keras.ops.add`` on symbolic tensors);
-    a bare op belongs to the stage of the next layer.
-    """
-
-    def __init__(self, model: keras.Model) -> None:
-        self.model = model
-        self.layers = model.layers
-        ops = model.operations
-        self.pos = {id(op): p for p, op in enumerate(ops)}
-        self.n_ops = len(ops)
-        self.layer_pos = [self.pos[id(layer)] for layer in self.layers]
-        # Execution order of the model's own nodes (a layer re-called elsewhere has more nodes).
-        self.nodes = [n for d in sorted(model._nodes_by_depth, reverse=True) for n in model._nodes_by_depth[d]]
-        self.tensors: dict[int, Any] = {}
-        self.producer: dict[int, int] = {}
-        self.first_use: dict[int, int] = {}
-        self.last_use: dict[int, int] = {}
-        self.input_positions = [self.pos[id(n.operation)] for n in self.nodes if n.is_input]
-        for node in self.nodes:
-            p = self.pos[id(node.operation)]
-            for t in node.outputs:
-                self.tensors[id(t)] = t
-                self.producer[id(t)] = p
-            for t in node.input_tensors:
-                self.first_use[id(t)] = min(self.first_use.get(id(t), p), p)
-                self.last_use[id(t)] = max(self.last_use.get(id(t), p), p)
-        # A model output is used "after the end": it must be carried to the last stage's output.
-        for t in model.outputs:
-            self.last_use[id(t)] = self.n_ops
-
-    def layer_nodes(self, index: int) -> list[Any]:
-        """The model's nodes of layer ``index`` (one unless the layer is shared)."""
-        return [n for n in self.nodes if n.operation is self.layers[index]]
-
-    def span(self, first: int, last: int) -> tuple[int, int]:
-        """Positions in ``model.operations`` of the stage holding layers ``first..last``."""
-        start = 0 if first == 0 else self.layer_pos[first - 1] + 1
-        end = self.n_ops - 1 if last == len(self.layers) - 1 else self.layer_pos[last]
-        return start, end
-
-    def crossing(self, q: int) -> list[Any]:
-        """Tensors made at or before position ``q`` and used after it, in the order they were made."""
-        ids = [i for i, p in self.producer.items() if p <= q < self.last_use.get(i, -1)]
-        return [self.tensors[i] for i in sorted(ids, key=lambda i: self.producer[i])]
-
-    def why_not(self, i: int) -> str | None:
-        """Why a cut after layer ``i`` is not valid, or None if it is."""
-        if not 0 <= i < len(self.layers) - 1:
-            return f"a cut is a layer index 0..{len(self.layers) - 2} (the last layer ends the last stage)"
-        q = self.layer_pos[i]
-        name = self.layers[i].name
-        if any(p > q for p in self.input_positions):
-            return f"a model input enters the graph after layer {i} ({name!r})"
-        if any(self.first_use.get(t, q + 1) <= q < p for t, p in self.producer.items()):
-            return f"a shared layer at or before layer {i} ({name!r}) uses a tensor made after it"
-        crossing = self.crossing(q)
-        if len(crossing) != 1:
-            return f"{len(crossing)} tensors cross the cut after layer {i} ({name!r}): a residual or skip spans it"
-        return None
-
-
-def _shape(t: Any) -> tuple[Any, ...]:
-    return tuple(t.shape[1:])
-
-
-def _elements(t: Any) -> int:
-    if any(d is None for d in _shape(t)):
-        raise ConfigError("model", t, "fixed input sizes: MACs and bytes per image need every axis but the batch")
-    return math.prod(_shape(t))
-
-
-def _bytes(t: Any) -> int:
-    # Bits from the dtype name ("float32" -> 4 bytes, "bfloat16" -> 2); "bool" has no digits and takes 1.
-    bits = re.search(r"\d+", str(t.dtype))
-    return _elements(t) * (max(1, int(bits.group()) // 8) if bits else 1)
-
-
-def _macs(layer: Any, node: Any) -> int:
-    import keras
-
-    elements = _elements(node.outputs[0])
-    if isinstance(layer, keras.layers.SeparableConv1D | keras.layers.SeparableConv2D):
-        positions = elements // layer.filters
-        return positions * (math.prod(layer.depthwise_kernel.shape) + math.prod(layer.pointwise_kernel.shape))
-    if isinstance(layer, keras.layers.DepthwiseConv1D | keras.layers.DepthwiseConv2D):
-        channels = layer.kernel.shape[-2] * layer.kernel.shape[-1]
-        return elements // channels * math.prod(layer.kernel.shape)
-    if isinstance(layer, keras.layers.Conv1D | keras.layers.Conv2D | keras.layers.Conv3D):
-        # kernel (k..., in/groups, filters): one MAC per kernel element at every output position
-        return elements // layer.filters * math.prod(layer.kernel.shape)
-    if isinstance(layer, keras.layers.Dense):
-        return elements // layer.units * math.prod(layer.kernel.shape)
-    if isinstance(getattr(layer, "_nodes_by_depth", None), dict):
-        return sum(c.macs for c in layer_costs(layer))
-    return 0
-
-
-def layer_costs(model: keras.Model | Callable[[], keras.Model]) -> list[LayerCost]:
-    """MACs, parameters and output size per image of every layer, in ``model.layers`` order.
-
-    MACs are counted analytically from the output shape and the kernel, including stride,
-    padding, groups and depth multiplier: Conv1D/2D/3D, DepthwiseConv1D/2D, SeparableConv1D/2D
-    and Dense (a nested functional model counts its own layers). Every other layer counts 0
-    MACs: BatchNormalization, activations, Add, pooling, Dropout, Reshape, and bare ``keras.ops``
-    calls. Bias additions are not MACs. A shared layer counts every call the model makes.
-
-    Parameters
-    ----------
-    model
-        A functional model, or a function that builds one (see ``resolve_model``).
-
-    Returns
-    -------
-    list[LayerCost]
-        One per layer. Raises ConfigError if an output has an unknown size other than the batch.
-    """
-    graph = _Graph(resolve_model(model))
-    costs = []
-    for i, layer in enumerate(graph.layers):
-        nodes = graph.layer_nodes(i)
-        macs = sum(_macs(layer, n) for n in nodes)
-        first = nodes[0].outputs
-        out = sum(_bytes(t) for t in first)
-        costs.append(LayerCost(i, layer.name, type(layer).__name__, macs, layer.count_params(), _shape(first[0]), out))
-    return costs
-
-
-def cut_points(model: keras.Model | Callable[[], keras.Model]) -> list[int]:
-    """Every layer index after which the model can be cut into two pipeline stages.
-
-    Index ``i`` is a cut point when exactly one tensor crosses from ``model.layers[:i + 1]``
-    to ``model.layers[i + 1:]``. A model output made before the cut counts as crossing (it must
-    be carried to the end), so a multi-output model has cut points only after its outputs but
-    one; every model input must enter before the cut, so a multi-input model has cut points
-    only after its inputs have joined. No cut ever falls inside a residual block.
-
-    Parameters
-    ----------
-    model
-        A functional model, or a function that builds one.
-
-    Returns
-    -------
-    list[int]
-        Increasing layer indices, each ``< len(model.layers) - 1``.
-    """
-    graph = _Graph(resolve_model(model))
-    return [i for i in range(len(graph.layers) - 1) if graph.why_not(i) is None]
-
-
-def _check_cuts(graph: _Graph, cuts: Sequence[int | str]) -> tuple[int, ...]:
+def _check_cuts(graph: Graph, cuts: Sequence[int | str]) -> tuple[int, ...]:
     names = {layer.name: i for i, layer in enumerate(graph.layers)}
     valid = [i for i in range(len(graph.layers) - 1) if graph.why_not(i) is None]
     indices = []
     for cut in cuts:
-        i = names.get(cut, -1) if isinstance(cut, str) else int(cut) if _is_int(cut) else -1
+        i = names.get(cut, -1) if isinstance(cut, str) else int(cut) if is_integer(cut) else -1
         if i < 0:
             raise ConfigError("cuts", cut, "layer indices or layer names of the model, each the last layer of a stage")
         reason = graph.why_not(i)
@@ -438,12 +209,12 @@ def _balanced_cuts(costs: Sequence[float], valid: Sequence[int], n_stages: int) 
     return tuple(cuts)
 
 
-def _stage(graph: _Graph, index: int, first: int, last: int, costs: list[LayerCost], times: Any) -> Stage:
+def _stage(graph: Graph, index: int, first: int, last: int, costs: list[LayerCost], times: Any) -> Stage:
     start, end = graph.span(first, last)
     ins = graph.crossing(start - 1) if start > 0 else list(graph.model.inputs)
     outs = graph.crossing(end) if end < graph.n_ops - 1 else list(graph.model.outputs)
-    shape_in = _shape(ins[0]) if len(ins) == 1 else tuple(_shape(t) for t in ins)
-    shape_out = _shape(outs[0]) if len(outs) == 1 else tuple(_shape(t) for t in outs)
+    shape_in = tensor_shape(ins[0]) if len(ins) == 1 else tuple(tensor_shape(t) for t in ins)
+    shape_out = tensor_shape(outs[0]) if len(outs) == 1 else tuple(tensor_shape(t) for t in outs)
     own = costs[first : last + 1]
     return Stage(
         index=index,
@@ -452,7 +223,7 @@ def _stage(graph: _Graph, index: int, first: int, last: int, costs: list[LayerCo
         layers=tuple(c.name for c in own),
         macs=sum(c.macs for c in own),
         params=sum(c.params for c in own),
-        output_bytes=sum(_bytes(t) for t in outs),
+        output_bytes=sum(tensor_bytes(t) for t in outs),
         input_shape=shape_in,
         output_shape=shape_out,
         seconds=None if times is None else float(sum(times[first : last + 1])),
@@ -504,7 +275,7 @@ def partition(
     [27, 27, 36, 53, 14]
     """
     model = resolve_model(model)
-    graph = _Graph(model)
+    graph = Graph(model)
     n = len(graph.layers)
     if balance not in BALANCES:
         raise ConfigError("balance", balance, f"one of {', '.join(BALANCES)}")
@@ -522,7 +293,7 @@ def partition(
         label = "given"
     else:
         valid = [i for i in range(n - 1) if graph.why_not(i) is None]
-        if not _is_int(n_stages) or not 1 <= n_stages <= len(valid) + 1:
+        if not is_integer(n_stages) or not 1 <= n_stages <= len(valid) + 1:
             allowed = f"1 to {len(valid) + 1}: {model.name} has {len(valid)} valid cut points (or pass cuts)"
             raise ConfigError("n_stages", n_stages, allowed)
         per_layer = {"macs": [c.macs for c in costs], "params": [c.params for c in costs], "time": layer_times}
@@ -573,7 +344,7 @@ def stage_model(model: keras.Model | Callable[[], keras.Model], stage: Stage) ->
     import keras
 
     model = resolve_model(model)
-    graph = _Graph(model)
+    graph = Graph(model)
     names = tuple(layer.name for layer in graph.layers[stage.first : stage.last + 1])
     ends = [i for i in (stage.first - 1, stage.last) if 0 <= i < len(graph.layers) - 1]
     if names != stage.layers or not names or any(graph.why_not(i) for i in ends):
@@ -584,12 +355,12 @@ def stage_model(model: keras.Model | Callable[[], keras.Model], stage: Stage) ->
     inputs = []
     if start == 0:
         for t in model.inputs:
-            new[id(t)] = keras.Input(shape=_shape(t), dtype=t.dtype, name=t._keras_history.operation.name)
+            new[id(t)] = keras.Input(shape=tensor_shape(t), dtype=t.dtype, name=t._keras_history.operation.name)
             inputs.append(new[id(t)])
     else:
         for j, t in enumerate(graph.crossing(start - 1)):
             name = f"{model.name}_stage{stage.index}_input" + (f"_{j}" if j else "")
-            new[id(t)] = keras.Input(shape=_shape(t), dtype=t.dtype, name=name)
+            new[id(t)] = keras.Input(shape=tensor_shape(t), dtype=t.dtype, name=name)
             inputs.append(new[id(t)])
     for node in inside:
         if node.is_input:
@@ -603,75 +374,3 @@ def stage_model(model: keras.Model | Callable[[], keras.Model], stage: Stage) ->
         outs[0] if len(outs) == 1 else outs,
         name=f"{model.name}_stage{stage.index}",
     )
-
-
-def flat_mobilenet_v2(
-    num_classes: int = 10,
-    *,
-    image_size: int = 224,
-    weights: str | os.PathLike[str] | None = None,
-    dropout: float = 0.2,
-    activation: str = "softmax",
-) -> keras.Model:
-    """Jeon et al.'s model as one flat functional model of 157 layers.
-
-    ``keras.applications.MobileNetV2(include_top=False)`` (154 layers) followed by
-    GlobalAveragePooling2D, Dropout and Dense, built on the base's output so the base's
-    layers are the model's own (no nested model). The paper does not state the dropout
-    rate or the image size.
-
-    Parameters
-    ----------
-    num_classes
-        Width of the output layer (10 tomato classes in the paper).
-    image_size
-        Side of the square RGB input, >= 32.
-    weights
-        None (random), ``"imagenet"`` or the path of a weights file, passed to Keras.
-    dropout
-        Dropout rate before the output layer.
-    activation
-        Activation of the output layer.
-
-    Returns
-    -------
-    keras.Model
-        Named ``jeon_mobilenet_v2``; its head layers are ``global_average_pooling2d``, ``dropout``, ``dense``.
-    """
-    import keras
-
-    if not _is_int(num_classes) or num_classes < 1:
-        raise ConfigError("num_classes", num_classes, "an integer >= 1")
-    if not _is_int(image_size) or image_size < 32:
-        raise ConfigError("image_size", image_size, "an integer >= 32 (MobileNetV2's smallest input)")
-    if not (weights in (None, "imagenet") or isinstance(weights, str | os.PathLike) and Path(weights).is_file()):
-        raise ConfigError("weights", weights, "None, 'imagenet' or the path of an existing weights file")
-    if not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
-        raise ConfigError("dropout", dropout, "a rate in [0, 1)")
-    weights = None if weights is None else str(weights)
-    base = keras.applications.MobileNetV2(include_top=False, weights=weights, input_shape=(image_size, image_size, 3))
-    x = keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d")(base.output)  # (B, 1280)
-    x = keras.layers.Dropout(dropout, name="dropout")(x)
-    out = keras.layers.Dense(num_classes, activation=activation, name="dense")(x)  # (B, num_classes)
-    return keras.Model(base.input, out, name="jeon_mobilenet_v2")
-
-
-def layer_count_check() -> dict[str, dict[str, int]]:
-    """Layers and parameters of the Keras models the paper's "157 layers" could be (weights=None, 224x224).
-
-    Catalog (Keras 3.15.1): include_top=False 154 / 2,257,984; include_top=True 156 / 3,538,984;
-    flat base + GAP + Dropout + Dense(10) 157 / 2,270,794.
-
-    Returns
-    -------
-    dict[str, dict[str, int]]
-        ``{"include_top_false" | "include_top_true" | "flat": {"layers": ..., "params": ...}}``.
-    """
-    import keras
-
-    built = {
-        "include_top_false": keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(224, 224, 3)),
-        "include_top_true": keras.applications.MobileNetV2(include_top=True, weights=None),
-        "flat": flat_mobilenet_v2(weights=None),
-    }
-    return {k: {"layers": len(m.layers), "params": m.count_params()} for k, m in built.items()}

@@ -10,7 +10,7 @@ worker and stages work on different micro-batches at once. At most
 ``max_in_flight`` micro-batches are in the system (backpressure): the next
 enters when one leaves.
 
-Devices are reached through ``edgelab.fleet.Fleet``: a device lost mid-stream
+Devices are reached through ``edgelab.runtime.fleet.Fleet``: a device lost mid-stream
 is waited for, its stages loaded again, and the micro-batches that had not
 come out are streamed again (outputs already received are kept). Every
 recovery and every replayed micro-batch is recorded.
@@ -21,18 +21,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ConfigError
-from edgelab.faults import KillSchedule
-from edgelab.fleet import RESTART_WAIT_S, Fleet
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.cluster.faults import KillSchedule
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
 from edgelab.pipeline import worker
+from edgelab.runtime.fleet import Faults, Fleet, fault_options
 
 #: Phases of a stream where faults can be injected: loading the stages, and before micro-batch ``at`` enters.
 PHASES = ("load", "stream")
@@ -134,16 +135,15 @@ def stream(
     *,
     micro_batch: int = 32,
     max_in_flight: int = 8,
-    kills: KillSchedule | Iterable[Any] | None = None,
-    restart_wait_s: float = RESTART_WAIT_S,
     log: Callable[[str], None] = print,
+    **faults: Unpack[Faults],
 ) -> StreamResult:
     """Stream ``x`` through the placed models and return the outputs and what was measured.
 
     Parameters
     ----------
     cluster
-        The devices (``edgelab.cluster.connect``).
+        The devices (``edgelab.cluster.device_cluster.connect``).
     placement
         Which stage runs on which device.
     models
@@ -155,102 +155,137 @@ def stream(
         Images per micro-batch (>= 1).
     max_in_flight
         Micro-batches in the system at once (>= 1); 1 runs them one after another.
-    kills
-        Faults to inject, phases ``PHASES`` (``"stream"`` at a micro-batch index).
-    restart_wait_s
-        How long a lost device may take to come back.
     log
         Where recovery lines go.
+    **faults
+        ``kills``: faults to inject, phases ``PHASES`` (``"stream"`` at a micro-batch index);
+        ``restart_wait_s``: how long a lost device may take to come back (``edgelab.runtime.fleet.Faults``).
 
     Returns
     -------
     StreamResult
         Outputs per branch, and per-stage, per-send and per-receive records.
     """
+    kills, restart_wait_s = fault_options("stream", faults)
     _check(placement, models, x, micro_batch, max_in_flight)
     n_batches = -(-len(x) // micro_batch)
     schedule = kills if isinstance(kills, KillSchedule) or kills is None else None
     if schedule is None and kills is not None:
         schedule = KillSchedule(list(kills), phases={"load": 1, "stream": n_batches})
-    devices = placement.devices
-    run_id = uuid.uuid4().hex[:12]
-    configs = {name: json.dumps(models[name].get_config()) for name in placement.stages}
-    loads: list[dict[str, Any]] = []
+    run = _Streaming(cluster, placement, models, x, micro_batch, max_in_flight)
+    fleet = Fleet.for_cluster(
+        cluster, placement.devices, run.prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log
+    )
+    run.fleet = fleet
+    fleet.attempt("stream", 0, run.stream_all)
+    wall_s = time.time() - run.t0
+    fleet.attempt("release", 0, lambda: fleet.run(placement.devices, worker.release_run, run.run_id), prepare=False)
+    return run.result(wall_s)
 
-    def prepare(todo: list[str]) -> None:
-        futures = {}
+
+@dataclass
+class _Streaming:
+    """One stream under way: what it streams, through which fleet, and what it has received and measured so far."""
+
+    cluster: DeviceCluster
+    placement: Placement
+    models: Mapping[str, Any]
+    x: np.ndarray
+    micro_batch: int
+    max_in_flight: int
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    fleet: Fleet = field(init=False)
+    configs: dict[str, str] = field(init=False)  # each stage's Keras config, as JSON
+    done: dict[int, list[np.ndarray]] = field(default_factory=dict)  # each received micro-batch's outputs
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    sends: list[dict[str, Any]] = field(default_factory=list)
+    receives: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    started: set[int] = field(default_factory=set)
+    replayed: list[int] = field(default_factory=list)
+    t0: float = 0.0  # the first input's send (time.time)
+
+    def __post_init__(self) -> None:
+        self.configs = {name: json.dumps(self.models[name].get_config()) for name in self.placement.stages}
+
+    @property
+    def n_batches(self) -> int:
+        """Micro-batches in ``x``, the last one possibly smaller."""
+        return -(-len(self.x) // self.micro_batch)
+
+    def prepare(self, todo: list[str]) -> None:
+        """Load the stages of each device of ``todo``."""
+        fleet, futures = self.fleet, {}
         for device in todo:
-            for name in placement.stages_of(device):
-                weights = fleet.send(device, models[name].get_weights())
-                args = (run_id, name, configs[name], weights, micro_batch)
+            for name in self.placement.stages_of(device):
+                weights = fleet.send(device, self.models[name].get_weights())
+                args = (self.run_id, name, self.configs[name], weights, self.micro_batch)
                 futures[f"{device}/{name}"] = fleet.submit(device, worker.load_stage, *args)
         fleet.point("load")
         fleet.wait(futures)
-        loads.extend(fleet.gather(futures).values())
+        self.loads.extend(fleet.gather(futures).values())
 
-    fleet = Fleet.for_cluster(cluster, devices, prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log)
-    done: dict[int, list[np.ndarray]] = {}
-    sends: list[dict[str, Any]] = []
-    receives: list[dict[str, Any]] = []
-    started: set[int] = set()
-    replayed: list[int] = []
-    records: list[dict[str, Any]] = []
-    t0 = 0.0
-
-    def body() -> None:
-        nonlocal t0
-        todo = [m for m in range(n_batches) if m not in done]
-        replayed.extend(m for m in todo if m in started)
+    def stream_all(self) -> None:
+        """Stream every micro-batch not received yet, at most ``max_in_flight`` at once (again after a loss)."""
+        fleet = self.fleet
+        todo = [m for m in range(self.n_batches) if m not in self.done]
+        self.replayed.extend(m for m in todo if m in self.started)
         inflight: dict[int, list[Any]] = {}
         queue = iter(todo)
         upcoming = next(queue, None)
-        if not t0:
-            t0 = time.time()
+        if not self.t0:
+            self.t0 = time.time()
         while upcoming is not None or inflight:
-            while upcoming is not None and len(inflight) < max_in_flight:
+            while upcoming is not None and len(inflight) < self.max_in_flight:
                 fleet.point("stream", upcoming)
-                inflight[upcoming] = _enter(fleet, placement, run_id, upcoming, x, micro_batch, sends)
-                started.add(upcoming)
+                inflight[upcoming] = _enter(
+                    fleet, self.placement, self.run_id, upcoming, self.x, self.micro_batch, self.sends
+                )
+                self.started.add(upcoming)
                 upcoming = next(queue, None)
             fleet.wait({f.key: f for finals in inflight.values() for f in finals}, first=True)
             for m in [m for m, finals in inflight.items() if all(f.done() for f in finals)]:
-                finals = inflight.pop(m)
-                results = cluster.client.gather(finals)
-                t_received = time.time()
-                outputs = [out for out, _ in results]
-                done[m] = outputs
-                for b, (_, measured) in enumerate(results):
-                    records.extend({**r, "branch": b} for r in measured)
-                receives.extend(
-                    {"micro_batch": m, "branch": b, "bytes": int(o.nbytes), "t_received": t_received}
-                    for b, o in enumerate(outputs)
-                )
-                fleet.forget(finals)
+                self.receive(m, inflight.pop(m))
 
-    fleet.attempt("stream", 0, body)
-    wall_s = time.time() - t0
-    fleet.attempt("release", 0, lambda: fleet.run(devices, worker.release_run, run_id), prepare=False)
-    measured = pd.DataFrame(records).sort_values(["micro_batch", "branch", "t_start"]).reset_index(drop=True)
-    measured["t_start"] -= t0
-    measured["t_end"] -= t0
-    frames = [pd.DataFrame(rows) for rows in (sends, receives)]
-    for frame, column in zip(frames, ("t_send", "t_received"), strict=True):
-        if not frame.empty:
-            frame[column] -= t0
-    outputs = [np.concatenate([done[m][b] for m in range(n_batches)]) for b in range(len(placement.branches))]
-    return StreamResult(
-        outputs=outputs,
-        records=measured,
-        sends=frames[0],
-        receives=frames[1],
-        loads=pd.DataFrame(loads),
-        micro_batch=micro_batch,
-        max_in_flight=max_in_flight,
-        wall_s=wall_s,
-        recoveries=fleet.recoveries,
-        kills=fleet.kills_fired,
-        replayed=sorted(set(replayed)),
-    )
+    def receive(self, m: int, finals: list[Any]) -> None:
+        """Take micro-batch ``m``'s outputs (``finals``: its last stages' futures, all done) and what they measured."""
+        results = self.cluster.client.gather(finals)
+        t_received = time.time()
+        outputs = [out for out, _ in results]
+        self.done[m] = outputs
+        for b, (_, measured) in enumerate(results):
+            self.records.extend({**r, "branch": b} for r in measured)
+        self.receives.extend(
+            {"micro_batch": m, "branch": b, "bytes": int(o.nbytes), "t_received": t_received}
+            for b, o in enumerate(outputs)
+        )
+        self.fleet.forget(finals)
+
+    def result(self, wall_s: float) -> StreamResult:
+        """The outputs in order and what was measured, times from the first send."""
+        t0 = self.t0
+        measured = pd.DataFrame(self.records).sort_values(["micro_batch", "branch", "t_start"]).reset_index(drop=True)
+        measured["t_start"] -= t0
+        measured["t_end"] -= t0
+        frames = [pd.DataFrame(rows) for rows in (self.sends, self.receives)]
+        for frame, column in zip(frames, ("t_send", "t_received"), strict=True):
+            if not frame.empty:
+                frame[column] -= t0
+        branches = range(len(self.placement.branches))
+        outputs = [np.concatenate([self.done[m][b] for m in range(self.n_batches)]) for b in branches]
+        return StreamResult(
+            outputs=outputs,
+            records=measured,
+            sends=frames[0],
+            receives=frames[1],
+            loads=pd.DataFrame(self.loads),
+            micro_batch=self.micro_batch,
+            max_in_flight=self.max_in_flight,
+            wall_s=wall_s,
+            recoveries=self.fleet.recoveries,
+            kills=self.fleet.kills_fired,
+            replayed=sorted(set(self.replayed)),
+        )
 
 
 def _enter(
@@ -272,10 +307,8 @@ def _enter(
 def _check(
     placement: Placement, models: Mapping[str, Any], x: np.ndarray, micro_batch: int, max_in_flight: int
 ) -> None:
-    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
-        raise ConfigError("micro_batch", micro_batch, "an integer >= 1 (images per micro-batch)")
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-        raise ConfigError("max_in_flight", max_in_flight, "an integer >= 1 (micro-batches in the system at once)")
+    checks.integer("micro_batch", micro_batch, at_least=1)  # images per micro-batch
+    checks.integer("max_in_flight", max_in_flight, at_least=1)  # micro-batches in the system at once
     missing = [s for s in placement.stages if s not in models]  # type: ignore[attr-defined]
     if missing:
         raise ConfigError("models", sorted(models), f"a model for every placed stage; missing {missing}")
@@ -288,3 +321,30 @@ def _check(
             raise ConfigError(
                 "x", tuple(x.shape), f"inputs of shape (N, {', '.join(map(str, want))}) for {chain[0][0]}"
             )
+
+
+def run_pipeline(
+    cluster: DeviceCluster,
+    model: Any,
+    x: np.ndarray,
+    *,
+    n_stages: int | None = None,
+    balance: str = "macs",
+    micro_batch: int = 32,
+    max_in_flight: int = 8,
+) -> StreamResult:
+    """Cut ``model`` into ``n_stages`` stages (default: one per device), one per device, and stream ``x`` through.
+
+    The cuts balance ``balance`` (``edgelab.pipeline.partition``); ``x`` is the
+    first stage's input, already preprocessed (float32, ``(N, ...)``). The
+    outputs equal the whole model's (``StreamResult.outputs[0]``).
+    """
+    from edgelab.models.graph import resolve_model
+    from edgelab.pipeline.partition import partition, stage_model
+
+    whole = resolve_model(model)
+    cut = partition(whole, n_stages or len(cluster.devices), balance=balance)
+    names = [f"stage{s.index}" for s in cut.stages]
+    stages = {name: stage_model(whole, s) for name, s in zip(names, cut.stages, strict=True)}
+    placement = Placement.pipeline(names, cluster.devices)
+    return stream(cluster, placement, stages, x, micro_batch=micro_batch, max_in_flight=max_in_flight)

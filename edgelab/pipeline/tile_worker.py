@@ -92,7 +92,7 @@ def run_tile(run_id: str, stage: str, repeat: int, x: np.ndarray) -> tuple[np.nd
     resident memory before, Linux only, else None) and ``bytes_serialized`` (the output as Dask's protocol
     frames it for the gather node).
     """
-    from edgelab import process_memory
+    from edgelab.common import process_memory
     from edgelab.pipeline import worker
 
     before = process_memory.rss_bytes()

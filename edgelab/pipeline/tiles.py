@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
-from edgelab.pipeline.partition import layer_costs, resolve_model
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.models.graph import layer_costs, resolve_model
 
 if TYPE_CHECKING:
     import keras
@@ -61,7 +62,7 @@ class Geometry:
     in_shape, out_shape
         (H, W, C) of the whole map.
     macs_per_position
-        Multiply-accumulates per output position (``edgelab.pipeline.partition.layer_costs``).
+        Multiply-accumulates per output position (``edgelab.models.graph.layer_costs``).
     """
 
     index: int
@@ -188,8 +189,8 @@ def _last_index(model: Any, upto: int | str, names: list[str]) -> int:
         if upto not in names[1:]:
             raise ConfigError("upto", upto, f"the name of one of {model.name}'s layers")
         return names.index(upto)
-    if isinstance(upto, bool) or not isinstance(upto, int) or not 1 <= upto <= n:
-        raise ConfigError("upto", upto, f"1 to {n}: the number of layers of {model.name} to fuse (or a layer name)")
+    # The number of layers of the model to fuse.
+    checks.integer("upto", upto, at_least=1, at_most=n, also=f"the name of one of {model.name}'s layers")
     return upto
 
 
@@ -260,8 +261,7 @@ def plan_tiles(model: keras.Model | Callable[[], keras.Model], upto: int | str, 
     >>> t.input_region, t.pads[0]
     (((0, 5), (0, 5)), (1, 0, 1, 0))
     """
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
-        raise ConfigError("grid", grid, "an integer >= 1 (tiles per side)")
+    checks.integer("grid", grid, at_least=1)  # tiles per side
     model, layers = fused_layers(model, upto)
     height, width, _ = layers[-1].out_shape
     if grid > min(height, width):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from edgelab.pipeline.worker import StageMissingError
-from edgelab.runtime import _runtime
+from edgelab.runtime.plugin import current
 
 
 @dataclass
@@ -54,7 +54,7 @@ def load_train_stage(
     """Rebuild a stage from its Keras config and weights, with an SGD optimizer, and keep it on this device."""
     import keras
 
-    rt = _runtime(dask_worker)
+    rt = current(dask_worker)
     model = keras.Model.from_config(json.loads(config))
     model.set_weights(weights)
     optimizer = keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum)
@@ -67,7 +67,7 @@ def load_train_stage(
 
 
 def _held(run_id: str, stage: str) -> tuple[Any, _TrainStage]:
-    rt = _runtime()
+    rt = current()
     held = rt.stages.get((run_id, stage))
     if held is None:
         raise StageMissingError(rt.device, run_id, stage)

@@ -34,17 +34,20 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
 
-from edgelab.cluster import DeviceCluster
-from edgelab.errors import ClusterError, ConfigError
-from edgelab.fleet import Fleet
+from edgelab.cluster.device_cluster import DeviceCluster
+from edgelab.common import checks
+from edgelab.common.errors import ClusterError, ConfigError
+from edgelab.models.graph import resolve_model
 from edgelab.pipeline import train_worker, worker
-from edgelab.pipeline.partition import Partition, partition, resolve_model, stage_model
+from edgelab.pipeline.partition import Partition, partition, stage_model
+from edgelab.runtime.fleet import Fleet
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -120,6 +123,31 @@ def _name(index: int) -> str:
     return f"stage-{index}"
 
 
+class TrainSteps(TypedDict, total=False):
+    """How ``train_pipelined`` trains the stages: its keywords beside the model's cut (see its parameters)."""
+
+    batch_size: int
+    micro_batches: int
+    steps: int | None
+    schedule: str
+    learning_rate: float
+    momentum: float
+    loss: str
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """``TrainSteps`` with their defaults."""
+
+    batch_size: int = 32
+    micro_batches: int = 4
+    steps: int | None = None
+    schedule: str = "gpipe"
+    learning_rate: float = 0.05
+    momentum: float = 0.0
+    loss: str = "sparse_categorical_crossentropy"
+
+
 def train_pipelined(
     cluster: DeviceCluster,
     model: Any,
@@ -129,21 +157,15 @@ def train_pipelined(
     n_stages: int | None = None,
     cuts: Sequence[int | str] | None = None,
     devices: Sequence[str] | None = None,
-    batch_size: int = 32,
-    micro_batches: int = 4,
-    steps: int | None = None,
-    schedule: str = "gpipe",
-    learning_rate: float = 0.05,
-    momentum: float = 0.0,
-    loss: str = "sparse_categorical_crossentropy",
     log: Callable[[str], None] = print,
+    **training: Unpack[TrainSteps],
 ) -> PipelineTraining:
     """Train ``model`` cut into stages across devices with GPipe's schedule; return what was measured.
 
     Parameters
     ----------
     cluster
-        The devices (``edgelab.cluster.connect``).
+        The devices (``edgelab.cluster.device_cluster.connect``).
     model
         A functional Keras model, or a function that builds one (its initial weights are the run's).
     x, y
@@ -153,76 +175,56 @@ def train_pipelined(
         multiply-accumulates, or the last layer of every stage but the last.
     devices
         The devices to place the stages on, in order (default: the cluster's first ones).
-    batch_size, micro_batches
-        Images per mini-batch, and the number of equal micro-batches it is split into (a divisor of batch_size).
-    steps
-        Mini-batches to train (default: as many as ``x`` holds whole).
-    schedule
-        ``"gpipe"`` (one update per mini-batch, after a fill and a drain) or ``"1f1b"`` (PipeDream: an update per
-        micro-batch on each stage, weights stashed, no flush).
-    learning_rate, momentum
-        SGD's, applied on each stage to its own weights.
-    loss
-        A Keras loss name for the last stage.
     log
         Where progress lines go.
+    **training
+        How the stages train (``TrainSteps``):
+
+        batch_size, micro_batches
+            Images per mini-batch (default 32), and the number of equal micro-batches it is split into (a divisor
+            of batch_size; default 4).
+        steps
+            Mini-batches to train (default: as many as ``x`` holds whole).
+        schedule
+            ``"gpipe"`` (the default: one update per mini-batch, after a fill and a drain) or ``"1f1b"``
+            (PipeDream: an update per micro-batch on each stage, weights stashed, no flush).
+        learning_rate, momentum
+            SGD's, applied on each stage to its own weights (defaults 0.05 and 0).
+        loss
+            A Keras loss name for the last stage (default ``"sparse_categorical_crossentropy"``).
     """
-    if schedule not in SCHEDULES:
-        raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
+    checks.keywords("train_pipelined", training, TrainSteps)
+    how = _Steps(**training)
+    if how.schedule not in SCHEDULES:
+        raise ConfigError("schedule", how.schedule, f"one of {', '.join(SCHEDULES)}")
     model = resolve_model(model)
     cut = partition(model, n_stages, cuts=cuts)
     n = len(cut.stages)
     placed = list(devices) if devices is not None else list(cluster.devices[:n])
-    _check(cluster, placed, n, x, y, batch_size, micro_batches, steps)
-    steps = steps if steps is not None else len(x) // batch_size
+    _check(cluster, placed, n, x, y, how.batch_size, how.micro_batches, how.steps)
+    steps = how.steps if how.steps is not None else len(x) // how.batch_size
     models = {_name(s.index): stage_model(model, s) for s in cut.stages}
     chain = [(_name(s.index), placed[k]) for k, s in enumerate(cut.stages)]
-    run_id = uuid.uuid4().hex[:12]
-    loaded = False
-
-    def prepare(todo: list[str]) -> None:
-        nonlocal loaded
-        if loaded:  # the weights a lost device held were updated there: nothing on the client can restore them
-            raise ClusterError(
-                f"devices {', '.join(todo)} lost during pipelined training; their stages' weights are gone"
-            )
-        futures = {}
-        for name, device in chain:
-            weights = fleet.send(device, models[name].get_weights())
-            config = json.dumps(models[name].get_config())
-            last = name == chain[-1][0]
-            args = (run_id, name, config, weights, learning_rate, momentum, loss if last else None)
-            futures[name] = fleet.submit(device, train_worker.load_train_stage, *args)
-        fleet.wait(futures)
-        loaded = True
-
-    fleet = Fleet.for_cluster(cluster, placed, prepare, log=log)
-    records: list[dict[str, Any]] = []
-    losses: list[dict[str, Any]] = []
+    run = _Pipelined(chain, models, uuid.uuid4().hex[:12], x, y, how)
+    fleet = run.fleet = Fleet.for_cluster(cluster, placed, run.prepare, log=log)
     t0 = time.time()
-    if schedule == "gpipe":
+    if how.schedule == "gpipe":
         for step in range(steps):
-            work = _micro_batches(step, step + 1, batch_size, micro_batches)
-            fleet.attempt(
-                "train", step, lambda work=work: _passes(fleet, chain, run_id, "gpipe", work, x, y, records, losses)
-            )
+            work = _micro_batches(step, step + 1, how.batch_size, how.micro_batches)
+            fleet.attempt("train", step, partial(run.passes, work))
     else:  # one stream, no flush: a lost device could not be recovered mid-stream anyway
-        work = _micro_batches(0, steps, batch_size, micro_batches)
-        fleet.attempt("train", 0, lambda: _passes(fleet, chain, run_id, "1f1b", work, x, y, records, losses))
+        work = _micro_batches(0, steps, how.batch_size, how.micro_batches)
+        fleet.attempt("train", 0, partial(run.passes, work))
     wall_s = time.time() - t0
     # Inside an attempt, a device lost now is reported as the lost stage it is, not as Dask's error.
-    weights = fleet.attempt(
-        "weights",
-        0,
-        lambda: {name: fleet.call(device, train_worker.stage_weights, run_id, name) for name, device in chain},
-    )
-    fleet.attempt("release", 0, lambda: fleet.run(placed, worker.release_run, run_id), prepare=False)
-    measured = pd.DataFrame(records)
+    weights = fleet.attempt("weights", 0, run.weights)
+    fleet.attempt("release", 0, lambda: fleet.run(placed, worker.release_run, run.run_id), prepare=False)
+    measured = pd.DataFrame(run.records)
     if not measured.empty:
         measured["t_start"] -= t0
         measured["t_end"] -= t0
         measured = measured.sort_values(["t_start"]).reset_index(drop=True)
-    return PipelineTraining(cut, placed, weights, pd.DataFrame(losses), measured, micro_batches, wall_s)
+    return PipelineTraining(cut, placed, weights, pd.DataFrame(run.losses), measured, how.micro_batches, wall_s)
 
 
 def _micro_batches(first: int, stop: int, batch_size: int, micro_batches: int) -> list[tuple[int, int, np.ndarray]]:
@@ -235,79 +237,150 @@ def _micro_batches(first: int, stop: int, batch_size: int, micro_batches: int) -
     return work
 
 
-def _passes(
-    fleet: Fleet,
-    chain: list[tuple[str, str]],
-    run_id: str,
-    schedule: str,
-    work: list[tuple[int, int, np.ndarray]],
-    x: np.ndarray,
-    y: np.ndarray,
-    records: list[dict[str, Any]],
-    losses: list[dict[str, Any]],
-) -> None:
-    """Submit every stage's passes of ``work`` in the schedule's order, wait for them, keep what they measured.
+@dataclass
+class _Pipelined:
+    """A pipelined training run under way: its stages on their devices, and what the passes measured so far."""
+
+    chain: list[tuple[str, str]]  # (stage name, device), in stage order
+    models: dict[str, Any]  # each stage's model, its initial weights
+    run_id: str
+    x: np.ndarray
+    y: np.ndarray
+    how: _Steps
+    fleet: Fleet = field(init=False)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    losses: list[dict[str, Any]] = field(default_factory=list)
+    loaded: bool = False
+
+    @property
+    def gpipe(self) -> bool:
+        """Whether the schedule is GPipe's (one update per mini-batch), not PipeDream's."""
+        return self.how.schedule == "gpipe"
+
+    def prepare(self, todo: list[str]) -> None:
+        """Load every stage on its device, once: the weights a lost device held are gone."""
+        if self.loaded:  # the weights a lost device held were updated there: nothing on the client can restore them
+            raise ClusterError(
+                f"devices {', '.join(todo)} lost during pipelined training; their stages' weights are gone"
+            )
+        fleet, how = self.fleet, self.how
+        futures = {}
+        for name, device in self.chain:
+            weights = fleet.send(device, self.models[name].get_weights())
+            config = json.dumps(self.models[name].get_config())
+            last = name == self.chain[-1][0]
+            args = (self.run_id, name, config, weights, how.learning_rate, how.momentum, how.loss if last else None)
+            futures[name] = fleet.submit(device, train_worker.load_train_stage, *args)
+        fleet.wait(futures)
+        self.loaded = True
+
+    def passes(self, work: list[tuple[int, int, np.ndarray]]) -> None:
+        """Run every stage's passes of ``work`` in the schedule's order, and keep what they measured."""
+        passes = _Passes(self, work)
+        passes.submit_all()
+        passes.collect()
+
+    def weights(self) -> dict[str, list[np.ndarray]]:
+        """Each stage's weights, as its device holds them now."""
+        return {
+            name: self.fleet.call(device, train_worker.stage_weights, self.run_id, name) for name, device in self.chain
+        }
+
+
+@dataclass
+class _Passes:
+    """Every stage's passes of ``work``, submitted in the schedule's order.
 
     Each pass also takes its stage's previous pass as an argument, so the
     device runs them in that order; a pass is submitted once its input exists
     (the previous stage's forward, the next stage's backward).
     """
-    n = len(chain)
-    gpipe = schedule == "gpipe"
-    orders = stage_orders(schedule, n, len(work))
-    batch = {step: sum(len(idx) for s, _, idx in work if s == step) for step, _, _ in work}
-    done: dict[tuple[str, int, int], Any] = {}
-    previous: list[Any] = [None] * n
-    position = [0] * n
-    while any(position[s] < len(orders[s]) for s in range(n)):
-        before = sum(position)
-        for s, (name, device) in enumerate(chain):
-            while position[s] < len(orders[s]):
-                kind, g = orders[s][position[s]]
-                step, m, idx = work[g]
-                if kind in ("F", "FB"):
-                    source = done.get(("F", s - 1, g)) if s else None
-                    if s and source is None:
-                        break
-                    if not s:
-                        source = fleet.send(device, np.ascontiguousarray(x[idx], np.float32))
-                else:
-                    source = done.get(("B", s + 1, g)) or done.get(("FB", s + 1, g))
-                    if source is None:
-                        break
-                after = [previous[s]] if previous[s] is not None else []
-                if kind == "F":
-                    future = fleet.submit(
-                        device, train_worker.forward, run_id, name, step, m, source, not gpipe, *after
-                    )
-                elif kind == "FB":
-                    labels = fleet.send(device, np.asarray(y[idx]))
-                    scale = len(idx) / batch[step] if gpipe else 1.0
-                    args = (run_id, name, step, m, source, labels, scale, not gpipe, *after)
-                    future = fleet.submit(device, train_worker.forward_loss_backward, *args)
-                else:
-                    future = fleet.submit(
-                        device, train_worker.backward, run_id, name, step, m, source, not gpipe, *after
-                    )
-                done[(kind, s, g)] = previous[s] = future
-                position[s] += 1
-        if sum(position) == before:  # every stage waits on another: the orders contradict each other
-            raise RuntimeError(f"schedule {schedule!r} deadlocks at passes {position} of {[len(o) for o in orders]}")
-    updates = {}
-    if gpipe:
-        step = work[0][0]
-        for s, (name, device) in enumerate(chain):
-            updates[name] = fleet.submit(device, train_worker.apply_update, run_id, name, step, previous[s])
-    firsts = {g: done[("B", 0, g)] if n > 1 else done[("FB", 0, g)] for g in range(len(work))}
-    ends = {g: done[("FB", n - 1, g)] for g in range(len(work))}
-    fleet.wait({**{f"first-{g}": f for g, f in firsts.items()}, **{f"end-{g}": f for g, f in ends.items()}, **updates})
-    for result in fleet.gather({f"first-{g}": f for g, f in firsts.items()}).values():
-        records.extend(result[1])
-    records.extend(fleet.gather(updates).values())
-    for g, result in zip(ends, fleet.gather({f"end-{g}": f for g, f in ends.items()}).values(), strict=True):
-        step, m, idx = work[g]
-        losses.append({"step": step, "micro_batch": m, "images": len(idx), "loss": result[2]})
-    fleet.forget(list(done.values()) + list(updates.values()))
+
+    run: _Pipelined
+    work: list[tuple[int, int, np.ndarray]]  # (step, micro-batch, sample indices)
+    orders: list[list[tuple[str, int]]] = field(init=False)  # each stage's passes, in order
+    done: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (kind, stage, g) -> its future
+    previous: list[Any] = field(init=False)  # each stage's last pass submitted
+    position: list[int] = field(init=False)  # each stage's next pass in its order
+    batch: dict[int, int] = field(init=False)  # images of each step's mini-batch
+
+    def __post_init__(self) -> None:
+        n = len(self.run.chain)
+        self.orders = stage_orders(self.run.how.schedule, n, len(self.work))
+        self.batch = {step: sum(len(idx) for s, _, idx in self.work if s == step) for step, _, _ in self.work}
+        self.previous = [None] * n
+        self.position = [0] * n
+
+    def submit_all(self) -> None:
+        """Submit every pass, each once its input exists."""
+        n = len(self.run.chain)
+        while any(self.position[s] < len(self.orders[s]) for s in range(n)):
+            before = sum(self.position)
+            for s in range(n):
+                self.submit_ready(s)
+            if sum(self.position) == before:  # every stage waits on another: the orders contradict each other
+                schedule, lengths = self.run.how.schedule, [len(o) for o in self.orders]
+                raise RuntimeError(f"schedule {schedule!r} deadlocks at passes {self.position} of {lengths}")
+
+    def submit_ready(self, s: int) -> None:
+        """Submit stage ``s``'s next passes, in order, as long as their inputs exist."""
+        while self.position[s] < len(self.orders[s]):
+            kind, g = self.orders[s][self.position[s]]
+            source = self.source(kind, s, g)
+            if source is None:
+                break
+            self.done[(kind, s, g)] = self.previous[s] = self.submit(kind, s, g, source)
+            self.position[s] += 1
+
+    def source(self, kind: str, s: int, g: int) -> Any:
+        """The input of stage ``s``'s pass ``kind`` of micro-batch ``g``; None while it does not exist yet."""
+        if kind in ("F", "FB"):
+            if s:
+                return self.done.get(("F", s - 1, g))
+            _, device = self.run.chain[s]
+            _, _, idx = self.work[g]
+            return self.run.fleet.send(device, np.ascontiguousarray(self.run.x[idx], np.float32))
+        return self.done.get(("B", s + 1, g)) or self.done.get(("FB", s + 1, g))
+
+    def submit(self, kind: str, s: int, g: int, source: Any) -> Any:
+        """Submit stage ``s``'s pass ``kind`` of micro-batch ``g`` on ``source``, after the stage's previous pass."""
+        run, fleet = self.run, self.run.fleet
+        name, device = run.chain[s]
+        step, m, idx = self.work[g]
+        after = [self.previous[s]] if self.previous[s] is not None else []
+        stash = not run.gpipe
+        if kind == "F":
+            return fleet.submit(device, train_worker.forward, run.run_id, name, step, m, source, stash, *after)
+        if kind == "FB":
+            labels = fleet.send(device, np.asarray(run.y[idx]))
+            scale = len(idx) / self.batch[step] if run.gpipe else 1.0
+            args = (run.run_id, name, step, m, source, labels, scale, stash, *after)
+            return fleet.submit(device, train_worker.forward_loss_backward, *args)
+        return fleet.submit(device, train_worker.backward, run.run_id, name, step, m, source, stash, *after)
+
+    def collect(self) -> None:
+        """Apply GPipe's updates, wait for every pass, and keep the records and the losses; forget the futures."""
+        run, fleet, n, work = self.run, self.run.fleet, len(self.run.chain), self.work
+        updates = {}
+        if run.gpipe:
+            step = work[0][0]
+            for s, (name, device) in enumerate(run.chain):
+                updates[name] = fleet.submit(
+                    device, train_worker.apply_update, run.run_id, name, step, self.previous[s]
+                )
+        done = self.done
+        firsts = {g: done[("B", 0, g)] if n > 1 else done[("FB", 0, g)] for g in range(len(work))}
+        ends = {g: done[("FB", n - 1, g)] for g in range(len(work))}
+        fleet.wait(
+            {**{f"first-{g}": f for g, f in firsts.items()}, **{f"end-{g}": f for g, f in ends.items()}, **updates}
+        )
+        for result in fleet.gather({f"first-{g}": f for g, f in firsts.items()}).values():
+            run.records.extend(result[1])
+        run.records.extend(fleet.gather(updates).values())
+        for g, result in zip(ends, fleet.gather({f"end-{g}": f for g, f in ends.items()}).values(), strict=True):
+            step, m, idx = work[g]
+            run.losses.append({"step": step, "micro_batch": m, "images": len(idx), "loss": result[2]})
+        fleet.forget(list(done.values()) + list(updates.values()))
 
 
 def _check(
@@ -325,20 +398,15 @@ def _check(
     unknown = [d for d in devices if d not in cluster.devices]
     if unknown:
         raise ConfigError("devices", devices, f"devices of the cluster: {', '.join(cluster.devices)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError("batch_size", batch_size, "an integer >= 1")
-    if (
-        isinstance(micro_batches, bool)
-        or not isinstance(micro_batches, int)
-        or not 1 <= micro_batches <= batch_size
-        or batch_size % micro_batches
-    ):
-        # Equal micro-batches: GPipe's schedule (and its bubble formula) assume them.
+    checks.integer("batch_size", batch_size, at_least=1)
+    # Equal micro-batches: GPipe's schedule (and its bubble formula) assume them.
+    checks.integer("micro_batches", micro_batches, at_least=1, at_most=batch_size)
+    if batch_size % micro_batches:
         raise ConfigError("micro_batches", micro_batches, f"an integer >= 1 dividing batch_size ({batch_size})")
     if len(x) != len(y):
         raise ConfigError("y", len(y), f"one label per input ({len(x)})")
     whole = len(x) // batch_size
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= whole):
-        raise ConfigError("steps", steps, f"an integer from 1 to {whole} (whole mini-batches in x)")
+    if steps is not None:
+        checks.integer("steps", steps, at_least=1, at_most=whole)
     if whole < 1:
         raise ConfigError("x", len(x), f"at least one mini-batch of {batch_size}")

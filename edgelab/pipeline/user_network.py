@@ -2,7 +2,7 @@
 
 The pipeline experiments cut a network by its layers, so they take any
 functional Keras model (or a function of no arguments that builds one), not
-only a classifier as ``edgelab.user_model`` requires. A builder is called
+only a classifier as ``edgelab.models.user`` requires. A builder is called
 under the run's seed, so its initial weights, and the key its runs are stored
 under, are the same in every session.
 """
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgelab.pipeline.partition import resolve_model
-from edgelab.seeding import seeded
-from edgelab.user_model import canonical_architecture
+from edgelab.common.seeding import seeded
+from edgelab.models.graph import resolve_model
+from edgelab.models.user import canonical_architecture
 
 if TYPE_CHECKING:
     import keras

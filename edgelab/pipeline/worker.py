@@ -3,7 +3,7 @@
 A stage (a slice of a model's layers, or a whole model for the single-device
 and ensemble baselines) arrives once as its Keras config and numpy weights,
 is rebuilt and traced on the device, and is kept in the device's runtime
-(``edgelab.runtime.DeviceRuntime.stages``) until the run is released. Each
+(``edgelab.runtime.plugin.DeviceRuntime.stages``) until the run is released. Each
 micro-batch task measures what the device did: the CPU time of its process,
 host wall start and end, and the bytes it received and passed on. Activations travel
 worker to worker with their records, and only the last stage's come back.
@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from edgelab import process_memory
-from edgelab.runtime import StateMissingError, _runtime
+from edgelab.common import process_memory
+from edgelab.runtime.plugin import current
+from edgelab.runtime.protocol import StateMissingError
 
 
 class StageMissingError(StateMissingError):
@@ -65,7 +66,7 @@ def load_stage(
     import keras
     import tensorflow as tf
 
-    rt = _runtime(dask_worker)
+    rt = current(dask_worker)
     cpu0 = time.process_time()
     model = keras.Model.from_config(json.loads(config))
     model.set_weights(weights)
@@ -95,7 +96,7 @@ def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[
     data, so a device that dies later loses none of what earlier stages measured.
     """
     x, records = payload if isinstance(payload, tuple) else (payload, [])
-    rt = _runtime()
+    rt = current()
     held = rt.stages.get((run_id, stage))
     if held is None:
         raise StageMissingError(rt.device, run_id, stage)
@@ -121,7 +122,7 @@ def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[
 
 def release_run(run_id: str, dask_worker: Any = None) -> int:
     """Forget a run's stages on this device; how many it held (run with ``client.run``)."""
-    rt = _runtime(dask_worker)
+    rt = current(dask_worker)
     held = [key for key in rt.stages if key[0] == run_id]
     for key in held:
         del rt.stages[key]

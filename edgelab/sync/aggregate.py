@@ -1,6 +1,6 @@
 """Aggregation maths in plain numpy, with no framework imports.
 
-Lists of arrays that are views of flat buffers alike (``edgelab.wire.Flat``: the
+Lists of arrays that are views of flat buffers alike (``edgelab.common.wire.Flat``: the
 weights and deltas as they travel) are worked on buffer by buffer: the same
 element-wise arithmetic, so the same bits, with one numpy call per buffer.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from edgelab.common.wire import Flat, flat_form
 from edgelab.sync import fused
-from edgelab.wire import Flat, flat_form
 
 NDArrays = list[np.ndarray]
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 NDArrays = list[np.ndarray]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 LATE_POLICIES = ("drop", "stale")
 DEADLINES = ("none", "fixed:<seconds>", "adaptive:<k>")

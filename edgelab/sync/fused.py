@@ -34,20 +34,21 @@ _missing: ImportError | None = None
 
 def _fold_mean_step(
     acc: np.ndarray,
-    has_acc: bool,
-    part_a: np.ndarray,
-    weight_a: float,
-    part_b: np.ndarray,
-    weight_b: float,
+    parts: tuple[np.ndarray, np.ndarray],
+    part_weights: tuple[float, float],
     has_b: bool,
     divisor: float,
     weights: np.ndarray,
     scale: np.float32,
     out: np.ndarray,
 ) -> None:
-    # Element by element what the numpy passes compute: the sums so far (0 before the first list) plus
-    # each part times its weight in float64, in order; divided and rounded to float32 (the mean); then
-    # scaled and added in float32 (``apply_delta``). Adding 0.0 first or last gives the same bits.
+    # Element by element what the numpy passes compute: the sums so far (``acc``; empty before the first
+    # list: 0) plus each part times its weight in float64, in order (the second only if ``has_b``); divided
+    # and rounded to float32 (the mean); then scaled and added in float32 (``apply_delta``). Adding 0.0
+    # first or last gives the same bits.
+    has_acc = acc.size > 0
+    part_a, part_b = parts
+    weight_a, weight_b = part_weights
     for i in range(weights.size):
         total = acc[i] if has_acc else 0.0
         total = total + np.float64(part_a[i]) * weight_a
@@ -78,7 +79,7 @@ def warm() -> None:
         kernel = numba.njit(cache=True, nogil=True)(_fold_mean_step)
         # The signature every round calls it with: float32 buffers, float64 sums, Python floats.
         one = np.zeros(1, np.float32)
-        kernel(np.zeros(1), True, one, 1.0, one, 1.0, True, 1.0, one, np.float32(1.0), one.copy())
+        kernel(np.zeros(1), (one, one), (1.0, 1.0), True, 1.0, one, np.float32(1.0), one.copy())
         _kernel = kernel
         _ready.set()
 
@@ -129,11 +130,8 @@ def fold_mean_step(
     # numpy scales a float32 array by a Python float in float32 (NEP 50): the scale is rounded first.
     _kernel(
         acc if acc is not None else _NO_SUMS,
-        acc is not None,
-        parts[0],
-        float(part_weights[0]),
-        part_b,
-        weight_b,
+        (parts[0], part_b),
+        (float(part_weights[0]), weight_b),
         len(parts) == 2,
         float(divisor),
         weights,
@@ -143,4 +141,4 @@ def fold_mean_step(
     return out
 
 
-_NO_SUMS = np.zeros(1)  # stands for the sums where there are none yet (never read)
+_NO_SUMS = np.zeros(0)  # stands for the sums where there are none yet (empty: read as 0)

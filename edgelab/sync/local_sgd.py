@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 
 PERIOD_RULES = ("fixed", "adaptive")
 

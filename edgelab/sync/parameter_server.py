@@ -13,7 +13,7 @@ Paper: Park et al. 2020, section 3 (weights sent to the master after each batch)
 
 from __future__ import annotations
 
-from edgelab.errors import ConfigError
+from edgelab.common.errors import ConfigError
 from edgelab.sync.aggregate import RunningMean, apply_delta, weighted_mean
 from edgelab.sync.base import DeviceUpdate, NDArrays, Strategy
 
@@ -94,7 +94,7 @@ class ParameterServerSync(Strategy):
 
         None when no device trained on anything (the model does not move).
         Element by element, so a slice of every update gives that slice of the
-        step (``edgelab.allreduce`` has each device compute one slice).
+        step (``edgelab.peer.allreduce`` has each device compute one slice).
         """
         usable = [u for u in updates if u.samples > 0]
         if not usable:

@@ -1,0 +1,223 @@
+"""Device profiles and the calibration that relates this host's speed to a device's.
+
+A profile says what one emulated device has: cores, memory, link and a nominal
+compute speed. ``calibrate`` measures this host on a micro-benchmark and turns
+the profile's nominal speed into a *speed factor*: device seconds per second of
+host CPU time. ``edgelab.emulation.timeline`` multiplies each task's measured CPU time by
+it. The factor and the measurement behind it are written into every report.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from edgelab.common.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What one emulated device has.
+
+    Parameters
+    ----------
+    name
+        Profile id, also the prefix of device names (``pi3b-0``, ``pi3b-1`` ...).
+    cores, clock_ghz
+        CPU of the device; ``cores`` is the denominator of CPU utilisation.
+    memory_mb
+        Physical memory of the device.
+    os_reserve_mb
+        Memory the OS and daemons hold before training starts.
+    link_mbps, latency_s
+        Ethernet link of the device: rate in Mbit/s and one-way latency.
+    reference_gflops
+        Sustained single-core float32 GEMM rate of the device, the speed the
+        calibration compares this host with. ``None`` means the device *is* the
+        host (``native``): the speed factor is 1.
+    reference_note
+        Where ``reference_gflops`` comes from.
+    framework_mb, framework_note
+        Memory the training framework holds on the device before any model
+        (interpreter, libraries), and where the number comes from. What is
+        left, ``training_budget_mb``, is what a run's working set may use.
+    """
+
+    name: str
+    cores: int
+    clock_ghz: float | None
+    memory_mb: int
+    os_reserve_mb: int
+    link_mbps: float
+    latency_s: float
+    reference_gflops: float | None
+    reference_note: str = ""
+    framework_mb: int = 0
+    framework_note: str = ""
+
+    @property
+    def usable_memory_mb(self) -> int:
+        """Memory left for training after the OS allowance."""
+        return self.memory_mb - self.os_reserve_mb
+
+    @property
+    def training_budget_mb(self) -> int:
+        """Memory a training run may use above the OS and the framework's own footprint."""
+        return self.memory_mb - self.os_reserve_mb - self.framework_mb
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Link rate in bytes per second."""
+        return self.link_mbps * 1e6 / 8
+
+
+PROFILES: dict[str, DeviceProfile] = {
+    # Raspberry Pi 3 Model B, as in Park et al. 2020: BCM2837, 4x Cortex-A53 at
+    # 1.2 GHz, 1 GB LPDDR2, 100 Mbit/s Ethernet (on the USB 2.0 bus).
+    "pi3b": DeviceProfile(
+        name="pi3b",
+        cores=4,
+        clock_ghz=1.2,
+        memory_mb=1024,
+        os_reserve_mb=200,
+        link_mbps=100.0,
+        latency_s=0.0005,
+        reference_gflops=2.0,
+        reference_note=(
+            "assumed: about half the 4.8 GFLOPS float32 NEON peak of one Cortex-A53 "
+            "core at 1.2 GHz (4 FLOP/cycle); not measured on a Pi here, so the "
+            "report also calibrates on one paper cell"
+        ),
+        framework_mb=100,
+        framework_note=(
+            "assumed: Python and MXNet 0.9.5 on Raspbian; the paper's LeNet-CNN used about 300 MB on one "
+            "device, of which MNIST held as float32 (MXNet's example loads it whole) is about 188 MB"
+        ),
+    ),
+    # Raspberry Pi 4 Model B, as in Jeon et al.: BCM2711, 4x Cortex-A72 at 1.5 GHz,
+    # 1/2/4/8 GB LPDDR4 (the paper does not say which; 4 GB here, a parameter),
+    # Gigabit Ethernet. The same rule as the Pi 3B sets its nominal speed.
+    "pi4b": DeviceProfile(
+        name="pi4b",
+        cores=4,
+        clock_ghz=1.5,
+        memory_mb=4096,
+        os_reserve_mb=300,
+        link_mbps=1000.0,
+        latency_s=0.0002,
+        reference_gflops=6.0,
+        reference_note=(
+            "assumed: about half the 12 GFLOPS float32 NEON peak of one Cortex-A72 "
+            "core at 1.5 GHz (8 FLOP/cycle), the rule that gives the Pi 3B its 2.0; "
+            "not measured on a Pi here"
+        ),
+    ),
+    # The machine the workers run on; a real cluster attached by address.
+    "native": DeviceProfile(
+        name="native",
+        cores=1,
+        clock_ghz=None,
+        memory_mb=1 << 20,
+        os_reserve_mb=0,
+        link_mbps=1e5,
+        latency_s=0.0,
+        reference_gflops=None,
+        reference_note="the device is the host: the two clocks coincide",
+    ),
+}
+
+
+def get_profile(name: str) -> DeviceProfile:
+    """Look up a device profile by name."""
+    if name not in PROFILES:
+        raise ConfigError("device_profile", name, f"one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def with_memory(profile: DeviceProfile, memory_mb: int | None) -> DeviceProfile:
+    """Return the profile with another memory size (``None`` keeps it)."""
+    if memory_mb is None:
+        return profile
+    floor = profile.os_reserve_mb + profile.framework_mb
+    if memory_mb <= floor:
+        raise ConfigError(
+            "device_memory_mb",
+            memory_mb,
+            f"an integer > {floor} MB: the OS allowance ({profile.os_reserve_mb} MB) plus the framework's "
+            f"footprint ({profile.framework_mb} MB)",
+        )
+    return replace(profile, memory_mb=int(memory_mb))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How fast this host is against a device, and the factor that follows."""
+
+    profile: str
+    host_gflops: float
+    device_gflops: float | None
+    speed_factor: float
+    method: str
+    host: str
+    # Where the device's rate comes from: an assumption unless someone measured the device.
+    device_gflops_source: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form for the report."""
+        return asdict(self)
+
+
+def measure_host_gflops(*, size: int = 512, repeats: int = 5) -> float:
+    """Single-thread float32 GEMM rate of this host, in GFLOPS (best of ``repeats``).
+
+    One thread because each device worker runs TensorFlow with one intra-op
+    thread, so its CPU time is one core's time.
+    """
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a = rng.random((size, size), dtype=np.float32)
+    b = rng.random((size, size), dtype=np.float32)
+    best = float("inf")
+    with threadpool_limits(limits=1):
+        a @ b  # warm up BLAS
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def calibrate(profile: DeviceProfile, *, host_gflops: float | None = None) -> Calibration:
+    """Relate this host's speed to the device's.
+
+    Parameters
+    ----------
+    profile
+        The emulated device.
+    host_gflops
+        A measurement to reuse; measured now when ``None``.
+
+    Returns
+    -------
+    Calibration
+        ``speed_factor`` = host GFLOPS / device GFLOPS: one second of host CPU
+        time stands for that many seconds on the device.
+    """
+    measured = measure_host_gflops() if host_gflops is None else host_gflops
+    if profile.reference_gflops is None:
+        factor = 1.0
+    else:
+        factor = measured / profile.reference_gflops
+    return Calibration(
+        profile=profile.name,
+        host_gflops=round(measured, 3),
+        device_gflops=profile.reference_gflops,
+        speed_factor=factor,
+        method="single-thread float32 GEMM 512x512 (numpy), best of 5",
+        host=f"{platform.processor() or platform.machine()} / {platform.node()}",
+        device_gflops_source=profile.reference_note,
+    )

@@ -1,0 +1,172 @@
+"""Emulated device time of a stream: measured stage costs composed as a pipeline runs them.
+
+The same device model as the rest of edgelab (``edgelab.emulation.timeline``): a stage's
+time on a device is the CPU time its process measured for the micro-batch,
+times the profile's speed factor; a transfer takes the link's latency plus
+the bytes really sent over the link's rate. Composition, micro-batch by
+micro-batch in the order they entered:
+
+* the master (the client; a board of the same profile, Jeon's master node)
+  sends each branch its copy of the input over its uplink, one send at a time;
+* a device starts a micro-batch when its input has arrived and it finished the
+  previous one (one micro-batch at a time per device, first in first out);
+* a device's output goes over its own uplink to the next device, or back to the
+  master (full-duplex switched Ethernet: every link direction carries one flow);
+* at most ``max_in_flight`` micro-batches are in the system: the next is sent
+  when one comes out (the stream's backpressure).
+
+The bound is the slowest resource's median time per micro-batch (a device's
+compute or a link), the most throughput any schedule of these measured costs
+could reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from edgelab.emulation.profiles import DeviceProfile
+
+MASTER = "master"
+
+
+@dataclass(frozen=True)
+class EmulatedStream:
+    """A stream on the emulated clock."""
+
+    timeline: pd.DataFrame  # one row per (branch, stage, micro-batch): device, arrive, start, end, compute, queue
+    processing_s: float  # first input sent -> last output received at the master
+    images: int
+    throughput: float  # images / processing_s
+    steady_throughput: float  # images after the first output / time between the first and the last output
+    bound_throughput: float  # micro-batch images / the slowest resource's median time per micro-batch
+    bottleneck: str  # which resource that is
+    resources: pd.DataFrame  # median seconds per micro-batch of every device and link
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no per-row timeline)."""
+        return {
+            "processing_s": self.processing_s,
+            "images": self.images,
+            "throughput": self.throughput,
+            "steady_throughput": self.steady_throughput,
+            "bound_throughput": self.bound_throughput,
+            "steady_over_bound": self.steady_throughput / self.bound_throughput if self.bound_throughput else None,
+            "bottleneck": self.bottleneck,
+        }
+
+
+def compose(
+    records: pd.DataFrame,
+    sends: pd.DataFrame,
+    branches: list[list[tuple[str, str]]],
+    *,
+    profile: DeviceProfile,
+    speed_factor: float,
+    max_in_flight: int,
+) -> EmulatedStream:
+    """Compose measured stage records into the stream's emulated timeline.
+
+    Parameters
+    ----------
+    records
+        ``StreamResult.records``: branch, stage, micro_batch, images, cpu_s, bytes_out.
+    sends
+        ``StreamResult.sends``: micro_batch, branch, bytes.
+    branches
+        The placement's chains of (stage, device).
+    profile
+        Device profile of every device and of the master (link rate and latency).
+    speed_factor
+        Device seconds per host CPU second.
+    max_in_flight
+        The stream's backpressure limit.
+
+    Returns
+    -------
+    EmulatedStream
+        Per-row times and the stream's totals on the emulated clock.
+    """
+    rate, latency = profile.link_bytes_per_s, profile.latency_s
+    cost = records.set_index(["branch", "stage", "micro_batch"])
+    send_bytes = sends.drop_duplicates(["micro_batch", "branch"]).set_index(["micro_batch", "branch"])["bytes"]
+    n = int(records["micro_batch"].max()) + 1
+    images = records[records["branch"] == 0].groupby("micro_batch")["images"].first()
+    device_free: dict[str, float] = {}
+    uplink_free: dict[str, float] = {}
+    out_arrival = np.zeros(n)
+    rows = []
+    for m in range(n):
+        gate = out_arrival[m - max_in_flight] if m >= max_in_flight else 0.0
+        arrivals = []
+        for b, chain in enumerate(branches):
+            size = float(send_bytes.loc[(m, b)])
+            start = max(gate, uplink_free.get(MASTER, 0.0))
+            uplink_free[MASTER] = start + size / rate
+            arrive = start + size / rate + latency
+            for i, (stage, device) in enumerate(chain):
+                row = cost.loc[(b, stage, m)]
+                compute = float(row["cpu_s"]) * speed_factor
+                begin = max(arrive, device_free.get(device, 0.0))
+                end = begin + compute
+                device_free[device] = end
+                sent = float(row["bytes_out"])
+                tx = max(end, uplink_free.get(device, 0.0))
+                uplink_free[device] = tx + sent / rate
+                rows.append(
+                    {
+                        "branch": b,
+                        "stage": stage,
+                        "position": i,
+                        "device": device,
+                        "micro_batch": m,
+                        "arrive": arrive,
+                        "start": begin,
+                        "end": end,
+                        "compute_s": compute,
+                        "queue_s": begin - arrive,
+                        "transfer_s": sent / rate + latency,
+                    }
+                )
+                arrive = tx + sent / rate + latency
+            arrivals.append(arrive)
+        out_arrival[m] = max(arrivals)
+    timeline = pd.DataFrame(rows)
+    total_images = int(images.sum())
+    processing = float(out_arrival.max())
+    first = float(out_arrival.min())
+    steady = (total_images - int(images.iloc[0])) / (processing - first) if n > 1 and processing > first else np.nan
+    resources = _resources(timeline, sends, rate)
+    bottleneck = str(resources["median_s"].idxmax())
+    mb_images = float(images.median())
+    return EmulatedStream(
+        timeline=timeline,
+        processing_s=processing,
+        images=total_images,
+        throughput=total_images / processing,
+        steady_throughput=float(steady),
+        bound_throughput=mb_images / float(resources["median_s"].max()),
+        bottleneck=bottleneck,
+        resources=resources,
+    )
+
+
+def _resources(timeline: pd.DataFrame, sends: pd.DataFrame, rate: float) -> pd.DataFrame:
+    """Median busy seconds per micro-batch of each device's compute and each uplink."""
+    compute = timeline.groupby("device")["compute_s"].median().rename(lambda d: f"{d} compute")
+    links = (timeline.assign(busy=timeline["transfer_s"]).groupby("device")["busy"].median()).rename(
+        lambda d: f"{d} uplink"
+    )
+    master = sends.groupby("micro_batch")["bytes"].sum().median() / rate
+    frame = pd.concat([compute, links, pd.Series({f"{MASTER} uplink": master})]).rename("median_s").to_frame()
+    return frame
+
+
+def speedup_bound(stage_seconds: list[float]) -> float:
+    """The most a pipeline of these stage times can gain over one device running them all: sum / max."""
+    if not stage_seconds or max(stage_seconds) <= 0:
+        return float("nan")
+    return float(sum(stage_seconds) / max(stage_seconds))

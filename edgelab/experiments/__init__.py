@@ -1,1 +1,0 @@
-"""Experiment drivers: one module per paper experiment, called by its notebook."""

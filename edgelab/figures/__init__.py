@@ -1,1 +1,0 @@
-"""Figures and tables, one function per catalog id, in a shared style."""

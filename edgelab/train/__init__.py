@@ -1,0 +1,14 @@
+"""Data-parallel training on the devices: its config, its loop, and what a run answers.
+
+Data-parallel training on the devices: what a run is (``TrainConfig``, checked before any cluster work), the
+loop (synchronous or asynchronous, any strategy, recovering lost devices), and what a run answers
+(``TrainRun.result``).
+"""
+
+from __future__ import annotations
+
+from edgelab.train.config import TrainConfig
+from edgelab.train.data_parallel import TrainRun, train
+from edgelab.train.result import RunResult
+
+__all__ = ["RunResult", "TrainConfig", "TrainRun", "train"]
