@@ -3,7 +3,7 @@
 The configuration of the issue that found the hangs: 3 emulated Pi 3B devices,
 LeNet-MLP, 19,200 MNIST images in shards, synchronization per batch. One
 undisturbed run, then ``--kills`` runs with one SIGKILL each, at seeded points
-that cover every phase of a run (``edgelab.train.data_parallel.PHASES``). Each run must
+that cover every phase of a run (``edgelab.training.data_parallel.PHASES``). Each run must
 finish with the undisturbed final weights, bit for bit, within a time limit
 (a run that hangs is reported as such and ends the benchmark).
 
@@ -32,7 +32,7 @@ from edgelab.common.results import atomic_write_text
 from edgelab.data import load_dataset
 from edgelab.runtime.devices import connect
 from edgelab.runtime.fleet import RESTART_WAIT_S
-from edgelab.train.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
+from edgelab.training.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
 
 DEFAULT_KILLS = 20
 DEFAULT_SAMPLES = 19_200

@@ -41,7 +41,7 @@ from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
-from edgelab.train.data_parallel import TrainConfig, train  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, train  # noqa: E402
 
 BATCH = 64
 #: (transport, devices) of every cell

@@ -52,7 +52,7 @@ from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.emulation.profiles import get_profile  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH_SIZE = 64
 DEVICES = 2

@@ -1,7 +1,7 @@
 """Benchmark: every synchronization choice beside the parameter server, in rounds/s and bytes, for 2, 5, 10 devices.
 
 The same LeNet-MLP, digits, batch 64 per device and seed as ``bench_sync.py``
-part A, one process per device on this host, through ``edgelab.train.data_parallel``:
+part A, one process per device on this host, through ``edgelab.training.data_parallel``:
 
 * ``ps_sync``: the parameter server over direct calls (the reference);
 * ``allreduce``: the devices' own reduce-scatter + all-gather (``edgelab.peer.allreduce``);
@@ -44,7 +44,7 @@ from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import load_dataset  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 BATCH = 64
 DEVICE_COUNTS = (2, 5, 10)

@@ -84,7 +84,7 @@ from edgelab.models.builtin import ModelSpec, build_model, prepare_images  # noq
 from edgelab.runtime.devices import connect  # noqa: E402
 from edgelab.runtime.fleet import CHANNELS_ENV, TRANSPORTS, Fleet  # noqa: E402
 from edgelab.runtime.tasks import echo  # noqa: E402
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 SIDES = Path(__file__).resolve().parent / "sides"
 BATCH = 64

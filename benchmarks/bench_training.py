@@ -44,7 +44,7 @@ from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.models.builtin import MODELS, ModelSpec, build_model, prepare_images  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
 TARGET_RATIO = 0.9  # edgelab epoch-sync samples/s over Keras fit samples/s
 BATCH_SIZE = 64  # the paper's batch size
@@ -152,7 +152,7 @@ def _scheduler_task_count(dask_scheduler: Any) -> int:
 
 
 def _train(cluster: DeviceCluster, dataset: Dataset, cfg: TrainConfig, *, timeout_s: float = 30.0) -> TrainRun:
-    """``edgelab.train.data_parallel.train``, then wait until the scheduler has forgotten the run's keys.
+    """``edgelab.training.data_parallel.train``, then wait until the scheduler has forgotten the run's keys.
 
     So the next measured run does not share the cluster with the release of
     this one's data.

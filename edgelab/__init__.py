@@ -44,9 +44,9 @@ from edgelab.emulation.profiles import PROFILES, get_profile
 from edgelab.pipeline.stream import StreamResult, run_pipeline
 from edgelab.runtime.devices import connect, start_hierarchy
 from edgelab.sync import STRATEGIES
-from edgelab.train.config import TrainConfig
-from edgelab.train.data_parallel import TrainRun, train
-from edgelab.train.result import RunResult
+from edgelab.training.config import TrainConfig
+from edgelab.training.data_parallel import TrainRun, train
+from edgelab.training.result import RunResult
 
 __all__ = [
     "DATASETS",

@@ -18,7 +18,7 @@ from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.peer.messages import serialized
 from edgelab.sync.compress import build_compressor
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update"]

@@ -15,7 +15,7 @@ from edgelab.emulation.profiles import get_profile
 from edgelab.emulation.timeline import Topology
 from edgelab.models.costs import training_flops_per_sample, weight_count
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy
-from edgelab.train.data_parallel import TrainConfig, train
+from edgelab.training.data_parallel import TrainConfig, train
 
 
 def test_one_device_is_never_stale() -> None:

@@ -36,7 +36,7 @@ def test_an_unknown_variant_or_no_repeat_is_refused_before_any_cluster(bench) ->
 
 def test_every_variant_is_a_valid_training_setting(bench) -> None:  # type: ignore[no-untyped-def]
     from edgelab.runtime.fleet import TRANSPORTS
-    from edgelab.train.data_parallel import TrainConfig
+    from edgelab.training.data_parallel import TrainConfig
 
     for settings, transport in bench.VARIANTS.values():
         TrainConfig(model="mlp", n_devices=10, batch_size=64, worker_data="full", **settings)

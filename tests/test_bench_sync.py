@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from edgelab.common.errors import ConfigError
-from edgelab.train.data_parallel import TrainConfig, TrainRun
+from edgelab.training.data_parallel import TrainConfig, TrainRun
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -282,7 +282,7 @@ def test_stages_need_more_rounds_than_the_warmup_and_a_short_run_leaves_out_a_qu
 def test_a_traced_run_has_every_stage_and_leaves_both_ends_as_they_were(bench_sync, cluster, dataset) -> None:  # type: ignore[no-untyped-def]
     # Prepare: direct rounds of two devices on the module's real cluster (32 rounds: 2 epochs of 16)
     import edgelab.runtime.channel as channel
-    from edgelab.train.data_parallel import train
+    from edgelab.training.data_parallel import train
 
     def untraced() -> dict[str, bool]:
         import edgelab.runtime.channel

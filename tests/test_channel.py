@@ -39,7 +39,7 @@ from edgelab.runtime.channel import (
 from edgelab.runtime.devices import connect
 from edgelab.runtime.fleet import CHANNELS_ENV
 from edgelab.runtime.protocol import PLUGIN_NAME
-from edgelab.train.data_parallel import TrainConfig, train
+from edgelab.training.data_parallel import TrainConfig, train
 
 
 def _echo_back(value: Any) -> Any:

@@ -28,7 +28,7 @@ from edgelab.models.builtin import ModelSpec, parameter_count
 from edgelab.runtime.devices import connect
 from edgelab.runtime.protocol import PLUGIN_NAME
 from edgelab.runtime.tasks import initial_weights
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train
 
 pytestmark = pytest.mark.integration
 
@@ -398,7 +398,7 @@ def test_memory_needs_are_probed_side_by_side_once_per_model_and_batch(
 ) -> None:
     from distributed import get_task_stream
 
-    from edgelab.train import data_parallel as train_module
+    from edgelab.training import data_parallel as train_module
 
     # Prepare: nothing measured yet; two models, the first asked for twice (another device count, the same step)
     monkeypatch.setattr(train_module, "_PROBED", {})
@@ -466,7 +466,7 @@ def test_run_survives_a_device_restart_and_matches_the_undisturbed_run(
     cluster: DeviceCluster, dataset: Dataset, runs: list[TrainRun], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare: restart pi3b-1's worker process (a real kill and respawn by its nanny) after round 2
-    from edgelab.train import data_parallel as train_module
+    from edgelab.training import data_parallel as train_module
 
     real_build = train_module.build_strategy
     restarted_at: list[str] = []

@@ -17,8 +17,8 @@ from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.sync.local_sgd import SyncPeriod
-from edgelab.train.config import clients_of_round
-from edgelab.train.data_parallel import TrainConfig, phase_counts, train
+from edgelab.training.config import clients_of_round
+from edgelab.training.data_parallel import TrainConfig, phase_counts, train
 
 QUIET = {"log": lambda _: None}
 # Float32 weights after a few dozen SGD steps: the delta applied once or step by step differs by rounding only.
@@ -123,7 +123,7 @@ def test_settings_at_their_defaults_leave_stored_keys_unchanged() -> None:
 @pytest.mark.parametrize("scheme", ["iid", "label"])
 def test_a_shared_subset_is_on_every_device_and_the_rest_on_one(scheme: str) -> None:
     from edgelab.data import partition, shared_subset_split
-    from edgelab.train.config import samples_per_device
+    from edgelab.training.config import samples_per_device
 
     labels = np.repeat(np.arange(10), 30)  # 300 samples, 10 labels
     shards = shared_subset_split(labels, 4, 0.05, scheme=scheme, seed=2)

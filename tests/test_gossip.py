@@ -23,7 +23,7 @@ from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.peer.messages import serialized
 from edgelab.sync.topology import build_topology, metropolis_row, mix
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train
 
 QUIET = {"log": lambda _: None}
 # Float32 rounding of the averaged weights against the server's float64 mean delta (measured: <= 6.0e-8)

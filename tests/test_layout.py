@@ -41,3 +41,16 @@ def test_the_public_api_is_one_import() -> None:
     for name in ("connect", "train", "TrainConfig", "Dataset", "load_dataset", "run_pipeline", "RunResult"):
         assert hasattr(edgelab, name), name
     assert set(edgelab.__all__) <= set(dir(edgelab))
+
+
+def test_no_public_name_hides_a_subpackage() -> None:
+    # A name exported at the top that equals a subpackage's would replace the attribute, and
+    # ``import edgelab.<package>.<module> as m`` (which reads attributes) would fail.
+    import importlib
+
+    import edgelab
+
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert not packages & set(edgelab.__all__)
+    for name in packages:
+        assert getattr(edgelab, name, importlib.import_module(f"edgelab.{name}")).__name__ == f"edgelab.{name}"

@@ -21,7 +21,7 @@ from edgelab.papers.park2020 import sync_async_figures as fig3
 from edgelab.papers.park2020.sync_async import AsyncSummary
 from edgelab.report.manifest import STATUSES
 from edgelab.report.verdict import Verdict
-from edgelab.train.config import TrainConfig
+from edgelab.training.config import TrainConfig
 
 N = 3
 

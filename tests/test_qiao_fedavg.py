@@ -26,7 +26,7 @@ from edgelab.papers.qiao import fedavg as exp
 from edgelab.papers.qiao import fedavg_figures as fig
 from edgelab.runtime.tasks import serialized_bytes
 from edgelab.sync.compress import build_compressor
-from edgelab.train.data_parallel import TrainConfig
+from edgelab.training.data_parallel import TrainConfig
 
 QUIET = {"log": lambda _: None}
 MLP_SHAPES = [[784, 128], [128], [128, 64], [64], [64, 10], [10]]  # LeNet-MLP

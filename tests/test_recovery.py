@@ -23,7 +23,7 @@ from edgelab.data import Dataset, load_dataset
 from edgelab.emulation.profiles import get_profile
 from edgelab.runtime.devices import connect
 from edgelab.runtime.fleet import POLL_S
-from edgelab.train.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
+from edgelab.training.data_parallel import PHASES, TrainConfig, TrainRun, phase_counts, train
 
 CFG = TrainConfig(model="mlp", n_devices=3, worker_data="shard", batch_size=32, seed=0)
 N_TRAIN = 480  # 160 samples per device: 5 rounds

@@ -84,7 +84,7 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from edgelab.models.builtin import build_model
-    from edgelab.runtime import plugin as runtime
+    from edgelab.runtime import steps
     from edgelab.runtime.steps import get_weights, set_weights, train_steps
 
     # Prepare: a seeded model with weight decay, 300 samples in a seeded order: 5 batches of 64, the last short
@@ -96,7 +96,7 @@ def test_a_round_of_many_batches_trains_as_keras_fit_does_bit_for_bit(
     weights = get_weights(model)
     shard = Shard(x=x, y=y, channel_axis=name == "cnn")
     order = rng.permutation(300)
-    monkeypatch.setattr(runtime, "LOOP_BATCHES", 2)
+    monkeypatch.setattr(steps, "LOOP_BATCHES", 2)
 
     # Execute: the runtime's round, twice (the second reuses its compiled loop), and Keras' fit on the same
     # batches, gathered and scaled in TensorFlow

@@ -155,7 +155,7 @@ def bench_shaped_link():  # type: ignore[no-untyped-def]
 def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_round(bench_shaped_link) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
-    from edgelab.train.data_parallel import TrainConfig, TrainRun
+    from edgelab.training.data_parallel import TrainConfig, TrainRun
 
     records = pd.DataFrame(
         {
@@ -233,7 +233,7 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
 def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts: sh.ShapedHosts) -> None:
     from edgelab.data import load_dataset
     from edgelab.runtime.devices import connect
-    from edgelab.train.data_parallel import TrainConfig, train
+    from edgelab.training.data_parallel import TrainConfig, train
 
     dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
     with connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security()) as cluster:
@@ -286,7 +286,7 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
     from edgelab.cluster.faults import KillSchedule
     from edgelab.data import load_dataset
     from edgelab.runtime.devices import connect
-    from edgelab.train.data_parallel import TrainConfig, phase_counts, train
+    from edgelab.training.data_parallel import TrainConfig, phase_counts, train
 
     # A TTL below the cut: the scheduler drops the silent device, which must come back and redo its round.
     spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", worker_ttl_s=10.0)

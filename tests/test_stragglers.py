@@ -16,7 +16,7 @@ from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline, slowness
-from edgelab.train.data_parallel import TrainConfig, train
+from edgelab.training.data_parallel import TrainConfig, train
 
 QUIET = {"log": lambda _: None}
 BASE = {"n_devices": 2, "batch_size": 32, "slowdown": (1.0, 4.0)}

@@ -1,4 +1,4 @@
-"""Tests for edgelab.train.data_parallel without a cluster: config validation, pre-checks, memory estimate."""
+"""Tests for edgelab.training.data_parallel without a cluster: config validation, pre-checks, memory estimate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from edgelab.common.errors import ConfigError, DeviceMemoryError
 from edgelab.emulation.profiles import get_profile, with_memory
-from edgelab.train.data_parallel import TrainConfig, check, estimate_memory_mb, samples_per_device
+from edgelab.training.data_parallel import TrainConfig, check, estimate_memory_mb, samples_per_device
 
 MB = 2**20
 PI3B = get_profile("pi3b")

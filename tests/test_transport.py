@@ -21,7 +21,7 @@ from edgelab.runtime.fleet import TRANSPORTS, Fleet
 from edgelab.runtime.protocol import ShardMissingError
 from edgelab.runtime.steps import get_weights, set_weights
 from edgelab.runtime.tasks import train_round
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update", "pulled_version", "staleness"]

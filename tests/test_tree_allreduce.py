@@ -22,7 +22,7 @@ from edgelab.data import Dataset
 from edgelab.peer.allreduce import subtree_mean, tree_links
 from edgelab.peer.messages import serialized
 from edgelab.sync.aggregate import weighted_mean
-from edgelab.train.data_parallel import TrainConfig, TrainRun, train
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train
 
 # What a device measured and what the run computed; wall and CPU seconds are measurements of the host.
 SAME = ["round", "device", "samples", "bytes_received", "bytes_sent", "loss", "update"]

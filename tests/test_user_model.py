@@ -21,7 +21,7 @@ from edgelab.common.errors import ConfigError
 from edgelab.data import Dataset
 from edgelab.models.costs import activation_floats_per_sample, training_flops_per_sample, weight_count
 from edgelab.models.user import UserModel, user_model
-from edgelab.train.data_parallel import TrainConfig, train
+from edgelab.training.data_parallel import TrainConfig, train
 
 keras = pytest.importorskip("keras")
 
@@ -61,7 +61,7 @@ def test_costs_counted_from_the_keras_layers_equal_the_built_in_counts(name: str
 def test_the_cost_helpers_take_a_keras_model_or_a_builder_as_they_take_its_user_model() -> None:
     from edgelab.emulation.device_model import DeviceModel
     from edgelab.models.costs import input_floats_per_sample, parameter_count
-    from edgelab.train.config import estimate_memory_mb
+    from edgelab.training.config import estimate_memory_mb
 
     model = small_convnet()
     user = user_model(model)

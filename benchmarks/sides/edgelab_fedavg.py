@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from edgelab.data import load_dataset
     from edgelab.runtime.devices import connect
-    from edgelab.train.data_parallel import TrainConfig, train
+    from edgelab.training.data_parallel import TrainConfig, train
 
     data = load_dataset("mnist", sample_limit=args.samples, test_limit=100)
     cfg = TrainConfig(

@@ -138,7 +138,7 @@ def trace_client(run: Callable[[], Any]) -> tuple[Any, list[tuple[str, int, floa
     """
     import edgelab.runtime.channel as channel
     import edgelab.sync.aggregate as aggregate
-    import edgelab.train.data_parallel as train
+    import edgelab.training.data_parallel as train
 
     events: list[tuple[str, int, float]] = []
     send_message, receive_reply = channel.send_message, channel._receive_reply

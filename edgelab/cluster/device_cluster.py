@@ -16,7 +16,7 @@ device time is measured CPU time, so the devices start without it.
 Dask's memory limit is only a safety net: TensorFlow alone holds ~620 MB of RSS
 per process and Dask pauses a worker at 80 % of its limit, after which tasks
 wait forever, so device workers never pause (Dask still restarts one at 95 %).
-The device's own memory budget is enforced by ``edgelab.train.data_parallel``
+The device's own memory budget is enforced by ``edgelab.training.data_parallel``
 against the working set measured above the framework baseline.
 
 TensorFlow leaves its oneDNN kernels off on x86 CPUs without AVX-512's
@@ -81,7 +81,7 @@ ONEDNN_ISA = "ONEDNN_MAX_CPU_ISA"
 _DEVICE_WORKER_CONFIG = {
     f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None,
     # A paused worker leaves its tasks waiting forever; the device budget is
-    # checked by edgelab.train.data_parallel, and Dask still restarts a worker at 95 %.
+    # checked by edgelab.training.data_parallel, and Dask still restarts a worker at 95 %.
     "distributed.worker.memory.pause": False,
     # A device holds its shard and model, nothing Dask could spill to disk: spilling only
     # logs "Unmanaged memory use is high" for every full-data device of a paper-sized run.

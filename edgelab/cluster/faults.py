@@ -12,7 +12,7 @@ or ``"restore"`` it. Each step fires once, even when its step of the run is
 done again after a recovery. ``shut_down`` kills a device for good instead
 (its nanny told not to restart it), as a device that switches itself off.
 
-The phases are the runtime's (``edgelab.train.data_parallel.PHASES`` for data-parallel
+The phases are the runtime's (``edgelab.training.data_parallel.PHASES`` for data-parallel
 training); a schedule is checked against them, the run's devices and its
 number of rounds and epochs before any cluster work.
 """

@@ -7,7 +7,7 @@ and so how stale its update is, depends on when every other update arrived:
 on the devices' clocks, not the host's. ``simulate`` plays the run on the
 emulated clock (the same link rules as ``edgelab.emulation.timeline``: one shared
 server link, full or half duplex, the master's own exchange local), and the
-training loop (``edgelab.train.data_parallel``) then applies the updates in that order, so
+training loop (``edgelab.training.data_parallel``) then applies the updates in that order, so
 an asynchronous run is as reproducible as a synchronous one.
 ``run_schedule`` gives ``simulate`` a run's inputs as the training loop times
 them, so a run's schedule can be played again (a straggler added) off-line.

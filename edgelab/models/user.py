@@ -1,4 +1,4 @@
-"""A user's own Keras model, trained by ``edgelab.train.data_parallel`` as readily as a built-in one.
+"""A user's own Keras model, trained by ``edgelab.training.data_parallel`` as readily as a built-in one.
 
 ``TrainConfig(model=...)`` takes a built-in name (``edgelab.models.builtin``), a Keras
 model, or a function of no arguments that builds one (called once, under the

@@ -1,6 +1,6 @@
 """Synchronous rounds by all-reduce: the devices average among themselves, the client sends only tasks.
 
-The ``"allreduce"`` transport (``edgelab.train.data_parallel``) keeps the weights on the
+The ``"allreduce"`` transport (``edgelab.training.data_parallel``) keeps the weights on the
 devices. After its training step each device cuts its weight delta (all
 weights flattened into one vector) into as many slices as the round has
 devices; device ``i`` owns slice ``i``. Every device sends each owner its
@@ -245,7 +245,7 @@ def _encoded_step(
     assert state.compressor is not None
     n = len(state.addresses)
     pieces = exchange(rt, run_id, state, rnd, "encoded", dict.fromkeys(range(n), (samples, encoded)))
-    # Decoded as the parameter server decodes (edgelab.train.data_parallel._decoded), flattened in the weights' order.
+    # Decoded as the parameter server decodes (training.data_parallel._decoded), flattened in the weights' order.
     updates = [
         DeviceUpdate(str(k), [np.concatenate([a.ravel() for a in state.compressor.decode(data)])], got)
         for k, (got, data, *_) in sorted(pieces.items())

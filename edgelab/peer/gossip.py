@@ -1,6 +1,6 @@
 """Gossip averaging: every device keeps its own weights and averages them with its neighbours'; no global model.
 
-``strategy="gossip"`` (``edgelab.train.data_parallel``, on the device-held path,
+``strategy="gossip"`` (``edgelab.training.data_parallel``, on the device-held path,
 ``transport="allreduce"``) trains each round on each device's OWN weights;
 each device then sends its new weights to its neighbours in
 ``TrainConfig.gossip_topology`` (``"ring"``, or ``"random:<degree>"`` drawn

@@ -5,7 +5,7 @@ server applies that update alone, as it arrives, with no barrier; the device
 then pulls again and goes on. An update may have been computed from weights
 that other devices' updates have since moved: its *staleness* is the number of
 updates applied between its pull and its own (``edgelab.emulation.async_schedule``
-decides the order on the emulated clock; ``edgelab.train.data_parallel`` records it).
+decides the order on the emulated clock; ``edgelab.training.data_parallel`` records it).
 
 The server's arithmetic is the synchronous server's with one update at a time
 (``ParameterServerSync.aggregate``), so with one device asynchronous SGD is

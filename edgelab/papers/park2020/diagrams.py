@@ -35,7 +35,7 @@ from edgelab.report import verdict as policy
 from edgelab.report.manifest import ReportItem
 from edgelab.report.style import apply_style, markdown_table, save_figure, save_table
 from edgelab.report.verdict import Basis, Check, Noise, Verdict
-from edgelab.train.config import TrainConfig, samples_per_device, steps_per_device
+from edgelab.training.config import TrainConfig, samples_per_device, steps_per_device
 
 EXPERIMENT = "park2020_resnet"
 PAPER_LINK_MBPS = 100.0

@@ -54,7 +54,7 @@ from edgelab.models.builtin import parameter_count
 from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
 from edgelab.report.reference import load_reference
-from edgelab.train.data_parallel import TrainConfig, check, phase_counts, samples_per_device, steps_per_device, train
+from edgelab.training.data_parallel import TrainConfig, check, phase_counts, samples_per_device, steps_per_device, train
 
 EXPERIMENT = "park2020_lenet"
 # Part of every results-store key: raise it when a change moves what the same

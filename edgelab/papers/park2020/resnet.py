@@ -18,7 +18,7 @@ Memory is a limit: each step's working set above the framework is measured
 on the device (peak RSS, the data it holds left out, since a Pi streams
 CIFAR from its card) against the profile's training budget. A configuration
 that needs more ends as an out-of-memory outcome, recorded and shown; the
-sweep goes on. Its analytic estimate (``edgelab.train.config.estimate_memory_mb``)
+sweep goes on. Its analytic estimate (``edgelab.training.config.estimate_memory_mb``)
 is computed before any cluster work and shown beside the measurement. The
 need is a host measurement: ``memory_repeats`` probes of each configuration
 (fresh processes) give its median and spread, and the items judge it with
@@ -49,7 +49,7 @@ from edgelab.models.costs import parameter_count, weight_count
 from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
 from edgelab.runtime import tasks as runtime
-from edgelab.train.data_parallel import TrainConfig, check, probe_memory_needs, train
+from edgelab.training.data_parallel import TrainConfig, check, probe_memory_needs, train
 
 EXPERIMENT = "park2020_resnet"
 # 3: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without

@@ -47,8 +47,8 @@ from edgelab.models.builtin import check_model
 from edgelab.models.user import UserModel, check_data, user_model
 from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
-from edgelab.train.config import WORKER_DATA, steps_per_device
-from edgelab.train.data_parallel import TrainConfig, check, train
+from edgelab.training.config import WORKER_DATA, steps_per_device
+from edgelab.training.data_parallel import TrainConfig, check, train
 
 EXPERIMENT = "park2020_async"
 # 2: rounds by direct call, weights by raw ops, one-batch gathers in numpy, epoch rounds without

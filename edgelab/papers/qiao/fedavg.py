@@ -4,7 +4,7 @@ Qiao et al. (line 287) describe federated averaging [71]: each round a random
 share C of the devices trains B-sized batches for E local epochs on its own
 data and a server averages the results; sketched updates [72] cut the upload,
 and a small shared global subset [73] raises accuracy on non-IID data. They
-give no C, E, B or rounds. Here every run is ``edgelab.train.data_parallel`` on emulated Pi
+give no C, E, B or rounds. Here every run is ``edgelab.training.data_parallel`` on emulated Pi
 devices (one Dask worker each) with the parameter server in the client
 process (``ps_sync``, updates weighted by samples): LeNet-MLP on MNIST, shards
 IID or label-skewed (two label chunks per device), every round evaluated.
@@ -52,8 +52,8 @@ from edgelab.emulation.timeline import compose
 from edgelab.models.costs import weight_count
 from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
-from edgelab.train.config import PARTITIONS
-from edgelab.train.data_parallel import TrainConfig, check, samples_per_device, steps_per_device, train
+from edgelab.training.config import PARTITIONS
+from edgelab.training.data_parallel import TrainConfig, check, samples_per_device, steps_per_device, train
 
 EXPERIMENT = "qiao_fedavg"
 # 2: a device builds its optimizer without tracing Keras' own train step, which it never runs (less

@@ -45,8 +45,8 @@ from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
 from edgelab.runtime import tasks as runtime
 from edgelab.sync.compress import QSGD, RandomK, Sign, TernGrad, build_compressor
-from edgelab.train.config import TrainConfig, check
-from edgelab.train.data_parallel import train
+from edgelab.training.config import TrainConfig, check
+from edgelab.training.data_parallel import train
 
 EXPERIMENT = "qiao_grad_compression"
 # 2: a device builds its optimizer without tracing Keras' own train step, which it never runs (less

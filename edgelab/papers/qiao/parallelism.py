@@ -22,7 +22,7 @@ on workers that never held the whole model, so no worker reuses memory the
 single worker's run freed.
 
 fig3-1, data parallelism: LeNet-MLP on MNIST shards over N devices, under
-``ps_sync`` and ``ps_async`` (``edgelab.train.data_parallel``, as ``park2020_async`` runs
+``ps_sync`` and ``ps_async`` (``edgelab.training.data_parallel``, as ``park2020_async`` runs
 them), timed on the profile's device model (``edgelab.emulation.device_model``). The
 straggler sweep (qiao/C10) slows one device by s: for synchronous training
 post hoc and exactly (``edgelab.emulation.timeline.compose`` with that device's compute
@@ -58,7 +58,7 @@ from edgelab.papers.harness import Outcome
 from edgelab.papers.qiao.pipeline_training import FOUR_BLOCKS, four_blocks
 from edgelab.pipeline.partition import Partition, partition
 from edgelab.pipeline.training import train_pipelined
-from edgelab.train.data_parallel import TrainConfig, check, train
+from edgelab.training.data_parallel import TrainConfig, check, train
 
 EXPERIMENT = "qiao_parallelism"
 # 2: a device builds its optimizer without tracing Keras' own train step, which it never runs (less
@@ -564,7 +564,7 @@ def _async_schedule(
 ) -> pd.DataFrame:
     """An asynchronous run's schedule played again on the clock, one device slowed.
 
-    ``edgelab.emulation.async_schedule.run_schedule``, as ``edgelab.train.data_parallel`` called it
+    ``edgelab.emulation.async_schedule.run_schedule``, as ``edgelab.training.data_parallel`` called it
     for the run, on the steps each device took. With ``cycles`` > 1 every
     device goes through its shard that many times. Adds each update's
     ``samples``.
@@ -623,7 +623,7 @@ def data_summary(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
 def shards(plan: Plan, stored: list[StoredRun]) -> pd.DataFrame:
     """Per N and device: the rows it was sent (the run's own record) and their labels.
 
-    The labels are those of the indices ``edgelab.train.data_parallel`` sent, drawn again by
+    The labels are those of the indices ``edgelab.training.data_parallel`` sent, drawn again by
     the same call (``edgelab.data.partition``, same seed); the row counts are
     checked against what each device reported it loaded.
     """

@@ -7,8 +7,8 @@ loop (synchronous or asynchronous, any strategy, recovering lost devices), and w
 
 from __future__ import annotations
 
-from edgelab.train.config import TrainConfig
-from edgelab.train.data_parallel import TrainRun, train
-from edgelab.train.result import RunResult
+from edgelab.training.config import TrainConfig
+from edgelab.training.data_parallel import TrainRun, train
+from edgelab.training.result import RunResult
 
 __all__ = ["RunResult", "TrainConfig", "TrainRun", "train"]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 
 class _Run(Protocol):
-    """What the result reads of a run (``edgelab.train.data_parallel.TrainRun``)."""
+    """What the result reads of a run (``edgelab.training.data_parallel.TrainRun``)."""
 
     config: Any
     records: Any

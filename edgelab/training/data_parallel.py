@@ -58,7 +58,7 @@ from edgelab.sync.aggregate import RunningMean
 from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
 from edgelab.sync.local_sgd import SyncPeriod
 from edgelab.sync.topology import build_topology
-from edgelab.train.config import (
+from edgelab.training.config import (
     PARTITIONS,
     PHASES,
     SYNC_EVERY,
@@ -71,7 +71,7 @@ from edgelab.train.config import (
     samples_per_device,
     steps_per_device,
 )
-from edgelab.train.result import RunResult, result_of
+from edgelab.training.result import RunResult, result_of
 
 __all__ = [
     "PARTITIONS",
