@@ -208,14 +208,15 @@ class DeviceRuntime(WorkerPlugin):
         """
         # Calls alike cost alike: a function's ``cost_key`` says which (a one-batch round and a whole epoch's
         # of the same function are not alike, and an epoch must never block the loop).
+        # The call's own time decides, not the hop's: on a loaded host the hand-over to the worker's thread
+        # and back alone can take longer than INLINE_MAX_S, and would keep a short call off the loop.
         key = (func, getattr(func, "cost_key", lambda *_: None)(*args))
-        start = time.perf_counter()
         if self._last_s.get(key, math.inf) < INLINE_MAX_S and self._worker.state.executing_count == 0:
-            result = _as_device(self, func, args)
+            result, self._last_s[key] = _timed_as_device(self, func, args)
         else:
             executor = self._worker.executors["default"]
-            result = await asyncio.get_running_loop().run_in_executor(executor, _as_device, self, func, args)
-        self._last_s[key] = time.perf_counter() - start
+            timed = await asyncio.get_running_loop().run_in_executor(executor, _timed_as_device, self, func, args)
+            result, self._last_s[key] = timed
         return result
 
     def send_to_peer(self, address: str, fn: str, args: tuple[Any, ...]) -> concurrent.futures.Future[Any]:
@@ -261,6 +262,13 @@ def _as_device(rt: DeviceRuntime, func: Callable[..., Any], args: tuple[Any, ...
         return func(*args)
     finally:
         _direct_call.runtime = None
+
+
+def _timed_as_device(rt: DeviceRuntime, func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, float]:
+    """``_as_device``'s result and the seconds the call itself took (on the thread that ran it)."""
+    start = time.perf_counter()
+    result = _as_device(rt, func, args)
+    return result, time.perf_counter() - start
 
 
 def current(worker: Any = None) -> DeviceRuntime:
