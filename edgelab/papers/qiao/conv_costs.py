@@ -57,19 +57,16 @@ CATALOG: dict[str, Any] = {
 #: The parameters whose product is the grid of layer pairs.
 GRID_AXES = ("kernels", "in_channels", "out_channels", "widths")
 
-#: The catalog's structure at reduced size: its grid would take hours here (oneDNN spends 40-47 s of CPU on some
-#: 56x56 shapes, and 400 shapes x 5 repeats), so every kernel and group but every other channel count, no 56x56
-#: layers and 3 repeats. Each item states the reduction (``reduction`` in the figures module).
 FULL_PROFILE: dict[str, Any] = {
     "profile": "full",
     "kernels": [1, 3, 5, 7],
-    "in_channels": [16, 64, 256],
-    "out_channels": [16, 64, 256],
-    "widths": [7, 14, 28],
+    "in_channels": [16, 32, 64, 128, 256],
+    "out_channels": [16, 32, 64, 128, 256],
+    "widths": [7, 14, 28, 56],
     "groups": [1, 2, 4, 8, 16, 32],
     "networks": list(NETWORKS),
     "network_batches": [1, 8],
-    "repeats": 3,
+    "repeats": 5,
 }
 
 
