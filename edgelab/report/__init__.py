@@ -1,7 +1,8 @@
 """The report: verdict policy, manifest, page, catalog, reference values, figure and table files.
 
 The report: the verdict policy every item is judged by, the manifest each item is written to, the page drawn
-from the manifests, the papers' catalog and reference values, and how figures and tables are saved.
+from the manifests, the papers' catalog and reference values, how figures and tables are saved, and the
+fidelity table (every timed or memory cell, paper against emulated).
 """
 
 from __future__ import annotations

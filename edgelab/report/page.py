@@ -9,7 +9,9 @@ it ran at — the paper-sized result where one exists, with a link to the smoke
 one, and how that run is smaller than the paper's — and the executed notebook.
 A summary at the top counts the ids of each paper by status: reproduced
 (a prediction matched), consistent (only structural checks, counted apart),
-differs, not judged by its reason class, not run. The page is static and
+differs, not judged by its reason class, not run; then how well the emulator
+predicts every timed or memory cell (``edgelab.report.fidelity``, which writes
+``fidelity.csv`` and its figure beside the page). The page is static and
 self-contained: no script, nothing fetched from the network.
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from edgelab.common.paths import reports_dir
 from edgelab.common.results import atomic_write_text
-from edgelab.report import catalog, verdict
+from edgelab.report import catalog, fidelity, verdict
 
 FULL_PROFILE_DIR = "full-profile"
 #: How the page names each manifest status, in the summary's order.
@@ -193,6 +195,37 @@ def _is_relative(target: str) -> bool:
     return bool(target) and ":" not in target.split("/")[0] and not target.startswith(("/", "#"))
 
 
+def _percent(value: float) -> str:
+    return "" if value != value else f"{value:.1%}"  # NaN: no predicted cell
+
+
+def _fidelity(made: fidelity.Fidelity) -> dict[str, Any]:
+    """The fidelity section's values as the page shows them (empty: no cell, no section)."""
+    if not made.figure:
+        return {}
+    overall = made.overall()
+    items = [
+        {**r, "median_error": _percent(r["median_error"]), "worst_error": _percent(r["worst_error"])}
+        for r in made.summary.to_dict("records")
+    ]
+    inconsistent = [
+        {"id": r["id"], "cell": r["cell"], "paper": f"{r['paper']:.4g}", "emulated": f"{r['emulated']:.4g}",
+         "reason": r["paper_inconsistent"]}
+        for r in made.inconsistent.to_dict("records")
+    ]  # fmt: skip
+    return {
+        "csv": fidelity.CSV_NAME,
+        "summary_csv": fidelity.SUMMARY_NAME,
+        "figure": made.figure,
+        "cells": overall["cells"],
+        "median": _percent(overall["median"]),
+        "worst": _percent(overall["worst"]),
+        "worst_at": overall["worst_at"],
+        "per_item": items,
+        "inconsistent": inconsistent,
+    }
+
+
 _TEMPLATE = """<!doctype html>
 <html lang="en">
 <head>
@@ -236,6 +269,30 @@ are all structural (counts, shapes, a formula against itself, the cluster the ru
 {% for doc, row in per_paper %}<tr><td>{{ doc }}</td>{% for n in row %}<td>{{ n }}</td>{% endfor %}</tr>
 {% endfor %}<tr><th>all</th>{% for n in totals %}<th>{{ n }}</th>{% endfor %}</tr>
 </table>
+{% if fid %}<h2 id="fidelity">How well the emulator predicts</h2>
+<p>Every timed or memory cell of the papers that has both a paper value and an emulated one, the paper's value (x)
+against the emulated value (y): <a href="{{ fid.csv }}">{{ fid.csv }}</a>, per item
+<a href="{{ fid.summary_csv }}">{{ fid.summary_csv }}</a>. Each item's values are its paper-sized run's where there is
+one, else its smoke run's. A cell the clock was fitted on is drawn hollow: it is no prediction. A cell the paper
+contradicts itself on is drawn as a cross. The error is |emulated &minus; paper| / paper, over the predicted cells
+only (neither fitted nor paper-inconsistent); dotted lines: &plusmn;25%.</p>
+<img src="{{ fid.figure }}" alt="paper value against emulated value for every timed or memory cell, log axes">
+<p><strong>Over the {{ fid.cells }} predicted cells: median error {{ fid.median }}, worst {{ fid.worst }}
+({{ fid.worst_at }}).</strong></p>
+<table class="summary">
+<tr><th>item</th><th>metric</th><th>board</th><th>run</th><th>cells</th><th>fitted</th><th>paper-inconsistent</th>
+<th>predicted</th><th>median error</th><th>worst error</th><th>worst cell</th></tr>
+{% for r in fid.per_item %}<tr><td>{{ r.id }}</td><td>{{ r.metric }}</td><td>{{ r.board }}</td><td>{{ r.profile }}</td>
+<td>{{ r.cells }}</td><td>{{ r.fitted }}</td><td>{{ r.paper_inconsistent }}</td><td>{{ r.predicted }}</td>
+<td>{{ r.median_error }}</td><td>{{ r.worst_error }}</td><td>{{ r.worst_cell }}</td></tr>
+{% endfor %}</table>
+{% if fid.inconsistent %}<p>Left apart, the cells the paper contradicts itself on:</p>
+<ul>
+{% for r in fid.inconsistent %}<li>{{ r.id }} {{ r.cell }} (paper {{ r.paper }}, emulated {{ r.emulated }}):
+{{ r.reason }}</li>
+{% endfor %}</ul>
+{% endif %}
+{% endif %}
 {% if runs %}<h2>Notebooks</h2>
 <table class="summary">
 <tr><th>notebook</th><th>scale</th><th>last run</th><th>finished</th><th>seconds</th><th>why</th></tr>
@@ -313,6 +370,7 @@ def render(root: Path | None = None) -> Path:
     rendered = {t: _markdown(root, t) for s in shown for t in s.tables if (root / t).is_file()}
     for s in shown:  # a file the manifest lists but that is gone is not shown as if it were there
         s.entry = {**s.entry, "files": [f for f in s.entry.get("files", []) if (root / (s.prefix + f)).is_file()]}
+    fid = _fidelity(fidelity.write(root))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = env.from_string(_TEMPLATE).render(
         generated=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -328,6 +386,7 @@ def render(root: Path | None = None) -> Path:
         rendered=rendered,
         runs=runs,
         perf=performance(root),
+        fid=fid,
         label_of=lambda status: LABELS.get(status, status),
     )
     path = root / "index.html"
