@@ -14,6 +14,10 @@ beside the reports. A notebook that ran to the end with the same inputs (its
 source, its parameters, the edgelab code, the data directory) is not run again:
 an interrupted command, run again, goes on where it stopped (``--force`` runs
 everything). At the end ``index.html`` shows every catalog id.
+
+``edgelab calibrate NAME`` measures the machine it runs on as a board of one's
+own (``edgelab.runtime.board_calibration``) and writes ``NAME.json``, which any
+notebook's ``device_profile`` takes.
 """
 
 from __future__ import annotations
@@ -484,8 +488,28 @@ def cluster_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``edgelab`` command."""
+def calibrate_command(args: argparse.Namespace) -> int:
+    """``edgelab calibrate``: time training steps here, fit the device model, write the board's profile."""
+    from edgelab.emulation.device_model import for_profile
+    from edgelab.emulation.profiles import get_profile
+    from edgelab.runtime.board_calibration import write_board
+
+    options = {"seconds": args.seconds, "repeats": args.repeats}
+    options |= {"link_mbps": args.link_mbps, "latency_ms": args.latency_ms}
+    print(f"edgelab calibrate: timing training steps as a device worker runs them ({4 * args.repeats} windows)")
+    try:
+        path = write_board(args.name, args.out, **options)
+    except ConfigError as exc:
+        print(f"edgelab calibrate: {exc}", file=sys.stderr)
+        return 2
+    profile = get_profile(str(path))
+    print(for_profile(profile.name).describe())
+    print(f"edgelab calibrate: wrote {path}; give it as any notebook's device_profile (e.g. -p device_profile {path})")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The ``edgelab`` command's arguments."""
     parser = argparse.ArgumentParser(prog="edgelab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("reproduce", help="run every notebook with papermill and write reports/")
@@ -540,10 +564,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="tc netem, or a userspace relay where the kernel lacks netem (auto: netem if present)",
     )
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure this machine as a board of your own and write its profile (device_profile takes the file)",
+    )
+    cal.add_argument("name", help="the board's name: a lowercase identifier, e.g. mypi5")
+    cal.add_argument("--out", default=None, help="the profile's file (default: <name>.json here)")
+    cal.add_argument("--seconds", type=float, default=5.0, help="length of each timed window (default 5)")
+    cal.add_argument("--repeats", type=int, default=3, help="timed windows per cell, median kept (default 3)")
+    cal.add_argument("--link-mbps", type=float, default=1000.0, help="the board's link rate, as given (default 1000)")
+    cal.add_argument("--latency-ms", type=float, default=0.2, help="its one-way latency, as given (default 0.2)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``edgelab`` command."""
+    parser = _parser()
     args = parser.parse_args(argv)
 
     if args.command == "cluster":
         return cluster_command(args)
+    if args.command == "calibrate":
+        return calibrate_command(args)
     root = reports_dir()
     if args.command == "report":
         page = write_report(root)

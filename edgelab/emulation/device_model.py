@@ -22,6 +22,10 @@ the host is far faster than a Pi on convolutions than on small dense layers
 (measured: one per-table speed factor of 18.5 for the MLP, 50.8 for the CNN),
 so no single factor maps host CPU time onto a Pi for two models. The host's
 CPU time still drives the labelled alternatives (``edgelab.emulation.projection``).
+
+A board of one's own needs no paper: ``edgelab calibrate`` times real training
+steps on it and fits the same two terms on those timings
+(``edgelab.runtime.board_calibration``); the profile carries them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgelab.common.errors import ConfigError
+from edgelab.emulation.profiles import PROFILES
 from edgelab.models.costs import training_flops_per_sample
 
 #: The two cells of each profile its device model is fitted on: (id, model, batch, training samples).
@@ -58,12 +63,16 @@ class DeviceModel:
         Sustained training FLOP rate.
     fitted_on
         The cells it was fitted on (for reports).
+    measured_on
+        For a board measured by ``edgelab calibrate``: where and when (its
+        terms come from timings on the board, no paper cell).
     """
 
     profile: str
     step_s: float
     flops_per_s: float
     fitted_on: tuple[str, ...] = ()
+    measured_on: str = ""
 
     def __post_init__(self) -> None:
         if not self.step_s >= 0:
@@ -82,15 +91,19 @@ class DeviceModel:
 
     def describe(self) -> str:
         """One line for reports."""
-        cells = " and ".join(self.fitted_on) or "given values"
-        return (
-            f"device model {self.profile}: {self.step_s * 1e3:.1f} ms per step + "
-            f"{self.flops_per_s / 1e9:.3f} GFLOP/s (fitted on {cells})"
-        )
+        if self.measured_on:
+            basis = f"measured on the board: {self.measured_on}"
+        else:
+            basis = f"fitted on {' and '.join(self.fitted_on) or 'given values'}"
+        rates = f"{self.step_s * 1e3:.1f} ms per step + {self.flops_per_s / 1e9:.3f} GFLOP/s"
+        return f"device model {self.profile}: {rates} ({basis})"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (runs keep it among their parameters: a paper-fitted model's has no ``measured_on``)."""
+        out = asdict(self)
+        if not self.measured_on:
+            del out["measured_on"]  # so the keys of runs stored before boards could be measured still match
+        return out
 
 
 def fit(
@@ -140,12 +153,24 @@ def fit(
     return DeviceModel(profile, float(step_s), float(1.0 / s_per_flop), tuple(c[0] for c in cells))
 
 
+def has_model(profile: str) -> bool:
+    """Whether a profile has a device model: fitted on paper cells, or measured on the board."""
+    return profile in FIT_CELLS or (profile in PROFILES and PROFILES[profile].step_s is not None)
+
+
 def for_profile(profile: str) -> DeviceModel:
-    """The device model of a profile, fitted on its ``FIT_CELLS`` (the paper's 1-device times)."""
+    """A profile's device model: measured on the board, or fitted on its ``FIT_CELLS`` (the paper's 1-device times)."""
     from edgelab.report.reference import load_reference
 
-    if profile not in FIT_CELLS:
-        raise ConfigError("device_profile", profile, f"a profile with a device model: {', '.join(FIT_CELLS)}")
+    if not has_model(profile):
+        raise ConfigError(
+            "device_profile",
+            profile,
+            f"a profile with a device model: {', '.join(FIT_CELLS)}, or a board measured by `edgelab calibrate`",
+        )
+    board = PROFILES.get(profile)
+    if board is not None and board.step_s is not None and board.flops_per_s is not None:
+        return DeviceModel(profile, board.step_s, board.flops_per_s, measured_on=board.measured_on)
     cells = list(FIT_CELLS[profile])
     targets = []
     for item_id, *_ in cells:

@@ -5,13 +5,22 @@ compute speed. ``calibrate`` measures this host on a micro-benchmark and turns
 the profile's nominal speed into a *speed factor*: device seconds per second of
 host CPU time. ``edgelab.emulation.timeline`` multiplies each task's measured CPU time by
 it. The factor and the measurement behind it are written into every report.
+
+Besides the built-in ``PROFILES``, a board of one's own is a JSON file that
+``edgelab calibrate`` wrote on the board (``edgelab.runtime.board_calibration``):
+``get_profile`` takes its path wherever a profile's name is taken, and the
+board then carries its own measured device model (``step_s``, ``flops_per_s``).
 """
 
 from __future__ import annotations
 
+import json
 import platform
+import re
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +53,13 @@ class DeviceProfile:
         Memory the training framework holds on the device before any model
         (interpreter, libraries), and where the number comes from. What is
         left, ``training_budget_mb``, is what a run's working set may use.
+    step_s, flops_per_s
+        The device model measured on the board itself (``edgelab calibrate``):
+        seconds per training step and training FLOP rate. ``None`` for the
+        built-in boards, whose model is fitted on paper cells
+        (``edgelab.emulation.device_model.FIT_CELLS``).
+    measured_on
+        Where and when the board was measured (empty for the built-in ones).
     """
 
     name: str
@@ -57,6 +73,9 @@ class DeviceProfile:
     reference_note: str = ""
     framework_mb: int = 0
     framework_note: str = ""
+    step_s: float | None = None
+    flops_per_s: float | None = None
+    measured_on: str = ""
 
     @property
     def usable_memory_mb(self) -> int:
@@ -130,11 +149,67 @@ PROFILES: dict[str, DeviceProfile] = {
 }
 
 
+#: The profiles edgelab ships; a measured board joins ``PROFILES`` when loaded, never under one of these names.
+_BUILT_IN = tuple(PROFILES)
+#: What a board profile file must say: its format, and every field of ``DeviceProfile``.
+BOARD_FORMAT = "edgelab board profile 1"
+#: A board's name prefixes its device names and Dask resources: a lowercase identifier.
+_BOARD_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
 def get_profile(name: str) -> DeviceProfile:
-    """Look up a device profile by name."""
+    """Look up a device profile by name, or load a board's from the JSON file ``edgelab calibrate`` wrote.
+
+    A loaded board is registered under its name, so what refers to it by
+    name afterwards (``profile.name``) finds it in this process too.
+    """
+    if isinstance(name, str) and name.endswith(".json"):
+        return load_board(name)
     if name not in PROFILES:
-        raise ConfigError("device_profile", name, f"one of {', '.join(PROFILES)}")
+        raise ConfigError(
+            "device_profile", name, f"one of {', '.join(PROFILES)}, or the .json file `edgelab calibrate` wrote"
+        )
     return PROFILES[name]
+
+
+def check_board_name(name: str) -> str:
+    """``name`` if a board may take it: a lowercase identifier that is not a built-in profile's."""
+    if not isinstance(name, str) or not _BOARD_NAME.fullmatch(name):
+        raise ConfigError("name", name, "a lowercase identifier of up to 32 characters (a-z, 0-9, _), e.g. mypi5")
+    if name in _BUILT_IN:
+        raise ConfigError("name", name, f"a name other than the built-in profiles ({', '.join(_BUILT_IN)})")
+    return name
+
+
+def save_board(profile: DeviceProfile, path: str | Path, measurements: dict[str, Any]) -> Path:
+    """Write a measured board's profile, and the measurements behind it, as JSON."""
+    out = Path(path)
+    doc = {"format": BOARD_FORMAT, "profile": asdict(profile), "measurements": measurements}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return out
+
+
+def load_board(path: str | Path) -> DeviceProfile:
+    """The profile in a board file (``save_board``), registered under its name."""
+    where = Path(path)
+    try:
+        doc = json.loads(where.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("device_profile", str(path), f"a readable board profile file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != BOARD_FORMAT or not isinstance(doc.get("profile"), dict):
+        raise ConfigError("device_profile", str(path), f"a file whose format is {BOARD_FORMAT!r} (edgelab calibrate)")
+    known = {f.name for f in fields(DeviceProfile)}
+    values = doc["profile"]
+    missing, unknown = known - set(values), set(values) - known
+    if missing or unknown:
+        what = f"missing {sorted(missing)}" if missing else f"unknown {sorted(unknown)}"
+        raise ConfigError("device_profile", str(path), f"a board profile with every field of DeviceProfile ({what})")
+    check_board_name(values["name"])
+    if values["step_s"] is None or not values["flops_per_s"] or not values["flops_per_s"] > 0:
+        raise ConfigError("device_profile", str(path), "a board with its measured step_s and flops_per_s")
+    profile = DeviceProfile(**values)
+    PROFILES[profile.name] = profile
+    return profile
 
 
 def with_memory(profile: DeviceProfile, memory_mb: int | None) -> DeviceProfile:

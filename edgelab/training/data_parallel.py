@@ -42,7 +42,7 @@ from edgelab.common.errors import ConfigError, DeviceOutOfMemory
 from edgelab.common.wire import Flat, Packed, pack
 from edgelab.data import Dataset, partition, shared_subset_split
 from edgelab.emulation import async_schedule
-from edgelab.emulation.device_model import FIT_CELLS, DeviceModel
+from edgelab.emulation.device_model import DeviceModel, has_model
 from edgelab.emulation.device_model import for_profile as device_model_for
 from edgelab.emulation.profiles import DeviceProfile
 from edgelab.emulation.timeline import Topology
@@ -758,7 +758,7 @@ def _stop_monitors(fleet: Fleet, devices: list[str]) -> list[dict[str, Any]]:
 def _device_model(cluster: DeviceCluster) -> DeviceModel:
     """The profile's device model; for a profile without one, FLOPs alone order the updates."""
     name = cluster.profile.name
-    return device_model_for(name) if name in FIT_CELLS else DeviceModel(name, 0.0, 1e9)
+    return device_model_for(name) if has_model(name) else DeviceModel(name, 0.0, 1e9)
 
 
 def _train_async(

@@ -48,7 +48,7 @@ class RunResult:
 def result_of(run: _Run) -> RunResult:
     """The run's accuracy (the last evaluation's), its board time and clock, and the host's wall time."""
     from edgelab.emulation import timeline
-    from edgelab.emulation.device_model import FIT_CELLS, for_profile
+    from edgelab.emulation.device_model import for_profile, has_model
     from edgelab.emulation.profiles import calibrate
 
     accuracy = float(run.evaluations["accuracy"].iloc[-1]) if len(run.evaluations) else float("nan")
@@ -57,7 +57,7 @@ def result_of(run: _Run) -> RunResult:
         board_s = float(records.groupby("round")["round_wall_s"].first().sum())
         board, clock = "real devices", "their measured wall time"
     else:
-        if profile.name in FIT_CELLS:
+        if has_model(profile.name):
             model = for_profile(profile.name)
             compute = model.records_compute_s(records, run.config.model)
             clock = f"emulated: the {profile.name} device model ({model.describe()})"

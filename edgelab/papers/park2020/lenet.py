@@ -45,7 +45,7 @@ from edgelab.common import checks
 from edgelab.common.errors import ConfigError
 from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
-from edgelab.emulation.device_model import FIT_CELLS, DeviceModel
+from edgelab.emulation.device_model import DeviceModel, has_model
 from edgelab.emulation.device_model import for_profile as device_model_for
 from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
 from edgelab.emulation.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
@@ -362,7 +362,7 @@ def summarize(plan: Plan, runs: list[StoredRun]) -> LenetSummary:
     with nothing fitted.
     """
     profile, topology = plan.profile, plan.params.topology
-    model_of_device = device_model_for(profile.name) if profile.name in FIT_CELLS else None
+    model_of_device = device_model_for(profile.name) if has_model(profile.name) else None
     attached = bool(runs) and all(is_attached(r) for r in runs)
     rows, calibration, alternatives = [], {}, []
     # Host contention is an artefact of emulation: real devices (attached clusters) have none to remove.

@@ -49,7 +49,7 @@ from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
 from edgelab.data import partition as shard_indices
 from edgelab.emulation import async_schedule, timeline, training_clock
-from edgelab.emulation.device_model import FIT_CELLS, DeviceModel, for_profile
+from edgelab.emulation.device_model import FIT_CELLS, DeviceModel, for_profile, has_model
 from edgelab.emulation.profiles import DeviceProfile, get_profile
 from edgelab.emulation.timeline import Topology
 from edgelab.models.graph import LayerCost, layer_costs
@@ -117,9 +117,11 @@ class ParallelismParams:
         for name, least in (("pipeline_batch", 1), ("pipeline_steps", 2), ("batch_size", 1), ("repeats", 1),
                             ("oversized_width", 1), ("oversized_depth", 0)):  # fmt: skip
             checks.integer(name, getattr(self, name), at_least=least)
-        if self.device_profile not in FIT_CELLS:
+        if not has_model(get_profile(self.device_profile).name):
             raise ConfigError(
-                "device_profile", self.device_profile, f"a profile with a fitted device model: {', '.join(FIT_CELLS)}"
+                "device_profile",
+                self.device_profile,
+                f"a profile with a device model: {', '.join(FIT_CELLS)}, or a board measured by `edgelab calibrate`",
             )
         checks.number("learning_rate", self.learning_rate, above=0, below=10)
         if self.oversized_depth:  # at most one stage per dense layer

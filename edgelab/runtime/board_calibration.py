@@ -1,0 +1,263 @@
+"""``edgelab calibrate``: measure a board of one's own, and write the profile every ``device_profile`` takes.
+
+Runs on the board itself and needs only what a device worker needs
+(TensorFlow, numpy, edgelab; no JupyterLab). In a child process whose
+TensorFlow has one thread per pool, as a device worker's
+(``cluster/pi/edgelab-worker.service``), it times the very training rounds a
+worker runs (``edgelab.runtime.steps.train_steps``: one compiled loop over the
+round's batches) of LeNet-MLP and LeNet-CNN at two batch sizes, and fits the
+device model's two terms on them (``edgelab.emulation.device_model``: seconds
+per step, FLOP rate) by non-negative least squares. The four cells differ in
+how much of their time is per step and how much per FLOP, which is what
+separates the terms; the Pi 3B's model is fitted on the same two models, from
+the paper's cells instead of a timer.
+
+Besides: the single-thread float32 GEMM rate (the CPU-time clocks' speed
+factor, ``edgelab.emulation.profiles.calibrate``), the cores and memory the
+board gives a process (affinity, and any cgroup CPU quota or memory limit:
+a container or a cgroup-limited host is measured as the board it is), what the
+OS holds already, and the framework's own footprint. A link cannot be measured
+from one end: its rate and latency are given (``--link-mbps``,
+``--latency-ms``) and recorded as given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgelab.common import checks
+from edgelab.common.errors import ConfigError
+from edgelab.emulation.profiles import DeviceProfile, check_board_name, measure_host_gflops, save_board
+from edgelab.models.costs import training_flops_per_sample
+
+#: The timed cells: (model, batch size). Two models far apart in FLOPs per sample, each at two batch sizes.
+CELLS = (("mlp", 64), ("mlp", 16), ("cnn", 64), ("cnn", 16))
+#: The environment a device worker's TensorFlow runs with (one thread per pool).
+WORKER_THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def calibrate_board(
+    name: str,
+    *,
+    seconds: float = 5.0,
+    repeats: int = 3,
+    link_mbps: float = 1000.0,
+    latency_ms: float = 0.2,
+) -> tuple[DeviceProfile, dict[str, Any]]:
+    """Measure this machine as a board named ``name``: its profile, and the measurements behind it.
+
+    Parameters
+    ----------
+    name
+        The board's name: a lowercase identifier, not a built-in profile's.
+    seconds
+        Length of each timed window (a round of as many steps as fill it).
+    repeats
+        Timed windows per cell; the median is kept.
+    link_mbps, latency_ms
+        The board's link, as given (a link has two ends: one board cannot time it).
+    """
+    check_board_name(name)
+    checks.number("seconds", seconds, above=0)
+    checks.integer("repeats", repeats, at_least=1)
+    checks.number("link_mbps", link_mbps, above=0)
+    checks.number("latency_ms", latency_ms, at_least=0)
+    limits = resource_limits()
+    steps = _timed_steps(seconds, repeats)
+    step_s, flops_per_s, residual = fit_terms(steps)
+    gemm = measure_host_gflops()
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    host = f"{platform.machine()} {platform.node()}"
+    framework_mb = int(math.ceil(steps["framework_rss_mb"]))
+    profile = DeviceProfile(
+        name=name,
+        cores=max(1, math.ceil(limits["cpus"])),
+        clock_ghz=limits["clock_ghz"],
+        memory_mb=int(limits["memory_mb"]),
+        os_reserve_mb=int(limits["os_reserve_mb"]),
+        link_mbps=float(link_mbps),
+        latency_s=float(latency_ms) / 1e3,
+        reference_gflops=round(gemm, 3),
+        reference_note=f"measured by edgelab calibrate: single-thread float32 GEMM 512x512 on {host}, {when}",
+        framework_mb=framework_mb,
+        framework_note="measured by edgelab calibrate: resident memory of a worker's TensorFlow with LeNet built",
+        step_s=step_s,
+        flops_per_s=flops_per_s,
+        measured_on=f"{host}, {when}",
+    )
+    measurements = {
+        "limits": limits,
+        "cells": steps["cells"],
+        "fit": {"step_s": step_s, "flops_per_s": flops_per_s, "relative_rms_residual": residual},
+        "gemm_gflops": gemm,
+        "link": {"link_mbps": link_mbps, "latency_ms": latency_ms, "source": "given, not measured"},
+        "tensorflow": steps["tensorflow"],
+        "python": platform.python_version(),
+    }
+    return profile, measurements
+
+
+def write_board(name: str, out: str | os.PathLike[str] | None = None, **options: Any) -> Path:
+    """Measure (``calibrate_board``) and write ``<out>`` (default ``<name>.json``); its path."""
+    check_board_name(name)
+    path = Path(out) if out is not None else Path(f"{name}.json")
+    if path.suffix != ".json":
+        raise ConfigError("out", str(path), "a file name ending in .json (device_profile takes it by that suffix)")
+    if not path.parent.is_dir():
+        raise ConfigError("out", str(path), "a file in an existing folder")
+    profile, measurements = calibrate_board(name, **options)
+    return save_board(profile, path, measurements)
+
+
+def fit_terms(steps: dict[str, Any]) -> tuple[float, float, float]:
+    """Seconds per step and FLOP rate that best give the timed cells (non-negative least squares).
+
+    Returns the two terms and the root-mean-square of the cells' relative residuals.
+    """
+    from scipy.optimize import nnls
+
+    rows, targets = [], []
+    for cell in steps["cells"]:
+        flops = cell["batch_size"] * training_flops_per_sample(cell["model"])
+        # Each cell weighted by its own time, so a short cell counts as much as a long one.
+        rows.append([1.0 / cell["step_s"], flops / cell["step_s"]])
+        targets.append(1.0)
+    (step_s, s_per_flop), _ = nnls(np.array(rows), np.array(targets))
+    if not s_per_flop > 0:
+        raise RuntimeError(f"the timed cells gave no FLOP rate (step {step_s:.4g} s): {steps['cells']}")
+    predicted = np.array(rows) @ np.array([step_s, s_per_flop])
+    residual = float(np.sqrt(np.mean((predicted - 1.0) ** 2)))
+    return float(step_s), float(1.0 / s_per_flop), residual
+
+
+def resource_limits() -> dict[str, Any]:
+    """CPUs and memory this process may use (affinity, cgroup quota and limit), the clock, and what the OS holds."""
+    meminfo = _meminfo_mb()
+    affinity = len(os.sched_getaffinity(0))
+    quota = _cgroup_cpu_quota()
+    limit_mb = _cgroup_memory_limit_mb()
+    memory_mb = min(meminfo["MemTotal"], limit_mb) if limit_mb else meminfo["MemTotal"]
+    held_mb = meminfo["MemTotal"] - meminfo.get("MemAvailable", meminfo["MemTotal"])
+    return {
+        "cpus": min(affinity, quota) if quota else affinity,
+        "affinity_cpus": affinity,
+        "cgroup_cpu_quota": quota,
+        "memory_mb": memory_mb,
+        "cgroup_memory_limit_mb": limit_mb,
+        # Under a cgroup limit the rest of the machine is not the board's OS: only its own usage counts.
+        "os_reserve_mb": 0 if limit_mb else held_mb,
+        "clock_ghz": _clock_ghz(),
+    }
+
+
+def _meminfo_mb(path: str = "/proc/meminfo") -> dict[str, float]:
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) / 1024  # kB
+    return out
+
+
+def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs the cgroup's quota allows (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), or ``None`` for no quota."""
+    v2 = Path(root, "cpu.max")
+    if v2.exists():
+        quota, _, period = v2.read_text().partition(" ")
+        return None if quota == "max" else int(quota) / int(period)
+    for folder in (Path(root, "cpu"), Path(root, "cpu,cpuacct")):
+        quota_file = folder / "cpu.cfs_quota_us"
+        if quota_file.exists():
+            quota_us = int(quota_file.read_text())
+            period = int((folder / "cpu.cfs_period_us").read_text())
+            return None if quota_us <= 0 else quota_us / period
+    return None
+
+
+def _cgroup_memory_limit_mb(root: str = "/sys/fs/cgroup") -> float | None:
+    """The cgroup's memory limit in MB (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), or ``None``."""
+    for path in (Path(root, "memory.max"), Path(root, "memory", "memory.limit_in_bytes")):
+        if path.exists():
+            text = path.read_text().strip()
+            # v1 writes "no limit" as a number near 2**63.
+            return None if text == "max" or int(text) >= 1 << 60 else int(text) / 2**20
+    return None
+
+
+def _clock_ghz() -> float | None:
+    """The CPU's top clock, where the kernel says it; ``None`` where it does not."""
+    top = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if top.exists():
+        return round(int(top.read_text()) / 1e6, 3)  # kHz
+    speeds = [float(line.split(":")[1]) for line in _cpuinfo_lines() if line.lower().startswith("cpu mhz")]
+    return round(max(speeds) / 1e3, 3) if speeds else None
+
+
+def _cpuinfo_lines() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _timed_steps(seconds: float, repeats: int) -> dict[str, Any]:
+    """Time the cells in a child process with a worker's TensorFlow threads (this process's may differ)."""
+    env = {**os.environ, **WORKER_THREADS, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    args = [sys.executable, "-m", "edgelab.runtime.board_calibration", str(seconds), str(repeats)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the timed training steps failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
+    """Seconds per step of each cell: the median of ``repeats`` rounds, each as many steps as fill ``seconds``."""
+    import psutil
+    import tensorflow as tf
+
+    from edgelab.models.builtin import ModelSpec, build_model
+    from edgelab.runtime.steps import Shard, get_weights, train_steps
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(4096, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, size=4096).astype(np.int64)
+    models = {name: build_model(ModelSpec(name)) for name in {m for m, _ in CELLS}}
+    framework_rss_mb = psutil.Process().memory_info().rss / 2**20
+    cells = []
+    for name, batch in CELLS:
+        model = models[name]
+        shard = Shard(x, y, channel_axis=name == "cnn")
+        weights = get_weights(model)
+
+        def round_s(steps: int, model: Any = model, shard: Shard = shard, weights: Any = weights, batch: int = batch):
+            order = np.arange(steps * batch) % len(shard)
+            start = time.perf_counter()
+            train_steps(model, shard, weights, order, steps, batch)
+            return time.perf_counter() - start
+
+        round_s(2)  # traces the compiled loop
+        steps = 4
+        while (took := round_s(steps)) < seconds / 4:  # grow the round until it fills a quarter of the window
+            steps *= 2
+        steps = max(2, round(steps * seconds / took))
+        times = sorted(round_s(steps) / steps for _ in range(repeats))
+        cells.append(
+            {"model": name, "batch_size": batch, "steps": steps, "step_s": times[len(times) // 2], "all": times}
+        )
+    return {"cells": cells, "framework_rss_mb": framework_rss_mb, "tensorflow": tf.__version__}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_time_cells(float(sys.argv[1]), int(sys.argv[2]))))

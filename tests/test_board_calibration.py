@@ -1,0 +1,155 @@
+"""``edgelab calibrate``: a board of one's own, measured here, written as a profile every ``device_profile`` takes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgelab
+from edgelab import cli
+from edgelab.common.errors import ConfigError
+from edgelab.emulation import device_model
+from edgelab.emulation.profiles import PROFILES, get_profile, load_board, save_board
+from edgelab.models.costs import training_flops_per_sample
+from edgelab.runtime import board_calibration as bc
+
+
+def _cells(step_s: float, flops_per_s: float) -> dict:
+    cells = []
+    for model, batch in bc.CELLS:
+        seconds = step_s + batch * training_flops_per_sample(model) / flops_per_s
+        cells.append({"model": model, "batch_size": batch, "step_s": seconds})
+    return {"cells": cells}
+
+
+def test_the_fit_recovers_the_terms_the_cells_were_made_from() -> None:
+    step_s, rate, residual = bc.fit_terms(_cells(0.004, 3.5e9))
+    assert step_s == pytest.approx(0.004, rel=1e-9)
+    assert rate == pytest.approx(3.5e9, rel=1e-9)
+    assert residual == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_step_cost_the_cells_cannot_show_is_zero_not_negative() -> None:
+    # Cells that follow one FLOP rate with no per-step cost, one of them slower than the rest.
+    steps = _cells(0.0, 2e9)
+    steps["cells"][0]["step_s"] *= 0.8
+    step_s, rate, residual = bc.fit_terms(steps)
+    assert step_s >= 0 and rate > 0 and residual > 0
+
+
+def test_cgroup_v2_quota_and_limit_are_read(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("20000 100000\n")
+    (tmp_path / "memory.max").write_text(str(512 * 2**20) + "\n")
+    assert bc._cgroup_cpu_quota(str(tmp_path)) == pytest.approx(0.2)
+    assert bc._cgroup_memory_limit_mb(str(tmp_path)) == pytest.approx(512)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "memory.max").write_text("max\n")
+    assert bc._cgroup_cpu_quota(str(tmp_path)) is None
+    assert bc._cgroup_memory_limit_mb(str(tmp_path)) is None
+
+
+def test_cgroup_v1_quota_and_limit_are_read(tmp_path: Path) -> None:
+    cpu, memory = tmp_path / "cpu", tmp_path / "memory"
+    cpu.mkdir()
+    memory.mkdir()
+    (cpu / "cpu.cfs_quota_us").write_text("50000\n")
+    (cpu / "cpu.cfs_period_us").write_text("100000\n")
+    (memory / "memory.limit_in_bytes").write_text(str(300 * 2**20))
+    assert bc._cgroup_cpu_quota(str(tmp_path)) == pytest.approx(0.5)
+    assert bc._cgroup_memory_limit_mb(str(tmp_path)) == pytest.approx(300)
+    (cpu / "cpu.cfs_quota_us").write_text("-1\n")
+    (memory / "memory.limit_in_bytes").write_text(str(2**63 - 4096))
+    assert bc._cgroup_cpu_quota(str(tmp_path)) is None
+    assert bc._cgroup_memory_limit_mb(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("name", ["pi3b", "native", "My Board", "9lives", "", "a" * 33])
+def test_a_board_name_that_is_taken_or_unusable_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="name"):
+        bc.write_board(name, "/tmp/never-written.json")
+
+
+def test_the_profile_file_must_end_in_json(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="out"):
+        bc.write_board("board_a", tmp_path / "board_a.yaml")
+
+
+def _board(name: str) -> edgelab.emulation.profiles.DeviceProfile:
+    from dataclasses import replace
+
+    return replace(PROFILES["pi4b"], name=name, step_s=0.002, flops_per_s=4e9, measured_on="a test, today")
+
+
+def test_a_saved_board_loads_by_its_path_with_its_measured_device_model(tmp_path: Path) -> None:
+    path = save_board(_board("board_b"), tmp_path / "board_b.json", {"cells": []})
+    try:
+        profile = get_profile(str(path))
+        assert profile == _board("board_b")
+        assert get_profile("board_b") is profile  # registered under its name once loaded
+        model = device_model.for_profile("board_b")
+        assert (model.step_s, model.flops_per_s) == (0.002, 4e9)
+        assert "measured on the board: a test, today" in model.describe()
+        assert "measured_on" in model.to_dict()
+    finally:
+        PROFILES.pop("board_b", None)
+
+
+def test_a_paper_fitted_model_keeps_the_dict_its_stored_runs_were_keyed_by() -> None:
+    assert set(device_model.for_profile("pi3b").to_dict()) == {"profile", "step_s", "flops_per_s", "fitted_on"}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda doc: doc.update(format="something else"), "format"),
+        (lambda doc: doc["profile"].pop("cores"), "missing"),
+        (lambda doc: doc["profile"].update(turbo=True), "unknown"),
+        (lambda doc: doc["profile"].update(step_s=None), "measured"),
+        (lambda doc: doc["profile"].update(name="pi3b"), "built-in"),
+    ],
+)
+def test_a_board_file_that_is_not_one_is_refused_naming_device_profile(tmp_path: Path, change, says: str) -> None:
+    path = save_board(_board("board_c"), tmp_path / "board_c.json", {})
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=says) as error:
+        load_board(path)
+    assert error.value.parameter in ("device_profile", "name")
+    assert "board_c" not in PROFILES
+
+
+def test_a_missing_board_file_is_refused_naming_device_profile(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="device_profile"):
+        get_profile(str(tmp_path / "nowhere.json"))
+
+
+def test_calibrate_measures_this_host_and_its_profile_trains_on_a_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "thishost.json"
+    try:
+        code = cli.main(["calibrate", "thishost", "--out", str(path), "--seconds", "0.3", "--repeats", "1"])
+        assert code == 0
+        doc = json.loads(path.read_text())
+        profile = get_profile(str(path))
+        assert profile.step_s is not None and profile.step_s >= 0 and profile.flops_per_s > 0
+        assert profile.cores >= 1 and profile.memory_mb > profile.framework_mb > 0
+        assert [(c["model"], c["batch_size"]) for c in doc["measurements"]["cells"]] == list(bc.CELLS)
+        assert doc["measurements"]["link"]["source"] == "given, not measured"
+
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, size=(256, 28, 28), dtype=np.uint8)
+        data = edgelab.Dataset.from_arrays(images, rng.integers(0, 10, size=256), name="noise")
+        config = edgelab.TrainConfig(model="mlp", n_devices=2, epochs=1, batch_size=64)
+        with edgelab.connect(2, profile=str(path), dashboard_address="127.0.0.1:0") as cluster:
+            run = edgelab.train(cluster, data, config, log=lambda line: None)
+        result = run.result()
+        assert result.board == "thishost"
+        assert "measured on the board" in result.clock
+        # Two devices, one shard of 128 each: two steps of 64 on the calibrated model, plus the exchange.
+        model = device_model.for_profile("thishost")
+        assert result.board_s > float(model.compute_s("mlp", 2, 128))
+    finally:
+        PROFILES.pop("thishost", None)
