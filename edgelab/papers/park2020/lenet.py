@@ -53,6 +53,7 @@ from edgelab.emulation.timeline import Topology
 from edgelab.models.builtin import parameter_count
 from edgelab.papers import harness
 from edgelab.papers.harness import Outcome
+from edgelab.papers.park2020.runs import device_rate_basis
 from edgelab.report.reference import load_reference
 from edgelab.training.data_parallel import TrainConfig, check, phase_counts, samples_per_device, steps_per_device, train
 
@@ -498,7 +499,7 @@ def clock_lines(summary: LenetSummary) -> str:
             lines.append(
                 f"  {model}: nominal speed factor {cal['nominal_speed_factor']:.1f} "
                 f"(host {cal['host']['host_gflops']} GFLOPS measured / device {cal['host']['device_gflops']} GFLOPS "
-                f"assumed), calibrated {cal['calibrated_speed_factor']} on {cal['cell']}"
+                f"{device_rate_basis(cal['host'])}), calibrated {cal['calibrated_speed_factor']} on {cal['cell']}"
             )
     return "\n".join(lines)
 

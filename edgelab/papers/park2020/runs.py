@@ -141,12 +141,18 @@ def recovery_records(summary: Any, model: str) -> list[dict[str, Any]]:
     return summary.recoveries[summary.recoveries["model"] == model].to_dict("records")
 
 
+def device_rate_basis(host: dict[str, Any]) -> str:
+    """How the device's GEMM rate is known: assumed (the built-in boards), or measured by ``edgelab calibrate``."""
+    return "measured on the board" if str(host.get("device_gflops_source", "")).startswith("measured") else "assumed"
+
+
 def assumptions(summary: Any, model: str) -> str:
-    """One line: the link model and the speed rates, the device's labelled as assumed."""
+    """One line: the link model and the speed rates, the device's labelled as assumed where it is."""
     cal = summary.calibration[model]
     host = cal["host"]
+    basis = device_rate_basis(host)
     device_rate = (
-        f"device {host['device_gflops']} GFLOPS assumed (not measured on a Pi)"
+        f"device {host['device_gflops']} GFLOPS {basis}{' (not measured on a Pi)' if basis == 'assumed' else ''}"
         if host.get("device_gflops") is not None
         else "the device is the host"
     )
