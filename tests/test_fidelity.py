@@ -134,10 +134,13 @@ def test_every_source_that_ran_gives_cells_and_the_paper_sized_run_wins(rows: pd
 def test_the_fitted_cells_are_the_clocks_own(rows: pd.DataFrame) -> None:
     from edgelab.emulation.device_model import FIT_CELLS
     from edgelab.emulation.tier_clock import zhang2018_calibration
+    from edgelab.papers.park2020.hardware_figures import fitted_cells
 
-    # Prepare: the device model is fitted on the 1-device time of each of its cells' items
+    # Prepare: the device model is fitted on the 1-device time of each of its cells' items, the memory model's
+    # framework footprint on fig4b's one device
     park = rows[rows["id"].str.startswith("park2020/")]
     expected = {(cell[0], "devices=1") for cells in FIT_CELLS.values() for cell in cells}
+    expected |= {("park2020/fig4b", f"devices={n}") for n in fitted_cells("park2020/fig4b")}
     tiers = rows[rows["id"].str.startswith("zhang2018/")]
 
     # Assert

@@ -85,7 +85,7 @@ def _run(
     return StoredRun(
         key=f"{model}-{n}-{worker_data}-{repeat}",
         params={
-            "train": {"model": model, "n_devices": n, "worker_data": worker_data},
+            "train": {"model": model, "n_devices": n, "worker_data": worker_data, "batch_size": 64},
             "repeat": repeat,
             "dataset": {"n_train": N_TRAIN},
         },

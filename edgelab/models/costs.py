@@ -150,6 +150,36 @@ def activation_floats_per_sample(name: str) -> int:
     return input_floats_per_sample(name) + sum(r.output_size for r in layers(name) if not r.fused)
 
 
+def kept_floats_per_sample(name: str) -> int:
+    """Floats of one sample's forward tensors the backward pass needs, each counted once.
+
+    A framework that frees every other tensor as soon as it can (MXNet's memory
+    planner, TensorFlow's graph) keeps: the input of each convolution, dense
+    layer, batch normalisation and pooling (their gradients need it), and the
+    output of each activation (its gradient needs that; it is written over its
+    input). An addition needs nothing of its own. Tensors are followed in the
+    layers' order, so a shortcut's input counts as the block input it is when
+    a later layer keeps it, and a projection's input as the tensor before it.
+
+    Examples
+    --------
+    >>> kept_floats_per_sample("mlp")  # the image, then each dense layer's ReLU output
+    986
+    """
+    kept: dict[int, int] = {}
+    tensor, size = 0, input_floats_per_sample(name)
+    for row in layers(name):
+        if row.kind in ("conv", "dense", "batchnorm", "pool"):
+            kept[tensor] = size
+            tensor, size = tensor + 1, row.output_size
+        elif row.kind == "activation":
+            size = row.output_size  # in place: the same tensor, now the activation's output
+            kept[tensor] = size
+        else:  # an addition: a new tensor that nothing needs to keep
+            tensor, size = tensor + 1, row.output_size
+    return sum(kept.values())
+
+
 def input_floats_per_sample(name: str) -> int:
     """Floats of one input image as the model takes it."""
     if not isinstance(name, str):

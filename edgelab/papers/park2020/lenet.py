@@ -47,6 +47,7 @@ from edgelab.common.results import StoredRun
 from edgelab.data import Dataset, load_dataset
 from edgelab.emulation.device_model import DeviceModel, has_model
 from edgelab.emulation.device_model import for_profile as device_model_for
+from edgelab.emulation.memory_model import device_memory
 from edgelab.emulation.profiles import DeviceProfile, get_profile, with_memory
 from edgelab.emulation.projection import contention, fit_speed_factor, is_attached, link_models, recoveries, run_summary
 from edgelab.emulation.timeline import Topology
@@ -439,7 +440,26 @@ def _row(
         device_model=device_model,
     )
     # Runs of one seed train the same weights: the items count a cell's accuracy once per seed.
-    return row | {"seed": int(run.params["train"].get("seed", 0))}
+    return row | {"seed": int(run.params["train"].get("seed", 0)), "device_mb": board_memory_mb(profile, run)}
+
+
+#: Bytes a sample of MNIST takes in memory on the paper's board: MXNet's MNIST iterator holds float32 pixels.
+MNIST_BYTES_PER_SAMPLE = 28 * 28 * 4
+
+
+def board_memory_mb(profile: DeviceProfile, run: StoredRun) -> float:
+    """MB the board holds training the run's LeNet at the paper's size (``edgelab.emulation.memory_model``).
+
+    The data is resident: MXNet's MNIST iterator, which the paper's example
+    trains with, loads the images the device iterates (all 60,000 with
+    ``worker_data="full"``, its 1/N shard with ``"shard"``) as float32.
+    """
+    cfg = run.params["train"]
+    n = int(cfg["n_devices"])
+    samples = PAPER_TRAIN_SIZE if cfg["worker_data"] == "full" else -(-PAPER_TRAIN_SIZE // n)
+    batch, per_sample = int(cfg["batch_size"]), MNIST_BYTES_PER_SAMPLE
+    need = device_memory(profile, cfg["model"], batch, resident_samples=samples, data_bytes_per_sample=per_sample)
+    return need.total_mb
 
 
 def deterministic_facts(plan: Plan) -> pd.DataFrame:

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from edgelab.common import checks
+from edgelab.emulation.memory_model import device_memory
+from edgelab.emulation.profiles import DeviceProfile
 from edgelab.emulation.timeline import Topology
 from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
 from edgelab.papers.park2020.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
@@ -47,7 +49,8 @@ _COLUMNS = [
     "sent_kb_epoch", "received_kb_epoch", "sent_kb_s", "received_kb_s",
 ]  # fmt: skip
 UNITS = {
-    "projected_s": "s", "accuracy": "", "cpu_pct": "%", "device_mb": "MB", "measured_mb": "MB", "estimated_mb": "MB",
+    "projected_s": "s", "accuracy": "", "cpu_pct": "%", "device_mb": "MB", "host_device_mb": "MB", "measured_mb": "MB",
+    "estimated_mb": "MB",
     "rss_mb_host": "MB", "sent_kb_s": "KB/s", "received_kb_s": "KB/s", "sent_kb_epoch": "KB/epoch",
     "received_kb_epoch": "KB/epoch", "paper_rounds": "per device per epoch",
 }  # fmt: skip
@@ -58,16 +61,27 @@ _MD_COLUMNS += ["outcome"]
 def select(summary: ResnetSummary, clock: str = PRIMARY, *, multi_epoch: bool = False) -> pd.DataFrame:
     """Trained rows of one clock: the grid's one-epoch runs, or Table 4's multi-epoch run.
 
-    Adds ``device_mb``: the profile's framework footprint (assumed) plus the
-    measured working set, the memory a device's training process would hold.
+    Adds ``device_mb``, the memory the board holds by its memory model
+    (``board_memory_mb``), and ``host_device_mb``: the profile's framework
+    footprint plus the working set this host's TensorFlow measured.
     """
     runs = summary.runs
     if runs.empty or "outcome" not in runs:
-        return pd.DataFrame(columns=[*_COLUMNS, "device_mb"])
+        return pd.DataFrame(columns=[*_COLUMNS, "device_mb", "host_device_mb"])
     rows = runs[(runs["clock"] == clock) & (runs["outcome"] == "trained")]
     rows = rows[rows["epochs"] > 1] if multi_epoch else rows[rows["epochs"] == 1]
-    rows = rows.assign(device_mb=rows["measured_mb"] + summary.profile.framework_mb)
+    modelled = [board_memory_mb(summary.profile, d, b) for d, b in zip(rows["depth"], rows["batch"], strict=True)]
+    rows = rows.assign(device_mb=modelled, host_device_mb=rows["measured_mb"] + summary.profile.framework_mb)
     return rows.sort_values(["depth", "batch", "devices"])
+
+
+def board_memory_mb(profile: DeviceProfile, depth: int, batch: int) -> float:
+    """MB a board holds training ResNet-``depth`` at ``batch`` (``edgelab.emulation.memory_model``).
+
+    No data is resident: MXNet's image-record iterator, which the paper's
+    example trains CIFAR with, streams the images from the card.
+    """
+    return device_memory(profile, f"resnet{depth}", int(batch)).total_mb
 
 
 def out_of_memory(summary: ResnetSummary) -> pd.DataFrame:
@@ -292,21 +306,6 @@ def memory_runs(rows: pd.DataFrame) -> int:
     if "memory_runs" not in rows or rows.empty:
         return 1
     return int(rows["memory_runs"].fillna(1).min())
-
-
-def memory_noise(rows: pd.DataFrame, configs: list[str], offset_mb: float = 0.0) -> Noise:
-    """The spread of each configuration's memory probes (plus ``offset_mb``, e.g. the framework), one cell each."""
-    cells = {}
-    for config in configs:
-        part = rows[rows["config"] == config]
-        if part.empty:
-            continue
-        r = part.iloc[0]
-        mid = float(r["measured_mb"]) + offset_mb
-        lo = float(r.get("memory_min_mb", r["measured_mb"])) + offset_mb
-        hi = float(r.get("memory_max_mb", r["measured_mb"])) + offset_mb
-        cells[config] = (lo, mid, hi, int(r.get("memory_runs", 1)))
-    return Noise(cells, axis="config")
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from edgelab.papers.park2020.resnet_common import (
     PRIMARY,
     UNITS,
     Page,
+    board_memory_mb,
     cell_rows,
     choices,
     finish,
     gate,
     level,
-    memory_noise,
     named,
     networked,
     out_of_memory,
@@ -50,7 +50,7 @@ PAPER_N = 10
 #: Table 3's rows: the paper's metric -> (the column judged, the columns shown beside it).
 TABLE3_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cpu_utilization_pct": ("cpu_pct", ()),
-    "memory_usage_mb": ("device_mb", ("measured_mb", "estimated_mb", "rss_mb_host")),
+    "memory_usage_mb": ("device_mb", ("host_device_mb", "measured_mb", "estimated_mb", "rss_mb_host")),
     "network_receive_kb": ("received_kb_s", ("received_kb_epoch",)),
     "network_send_kb": ("sent_kb_s", ("sent_kb_epoch",)),
 }
@@ -62,7 +62,7 @@ _PANELS: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "b": (
         "device_mb",
         "memory on the device (MB)",
-        ("measured_mb", "rss_mb_host", "estimated_mb"),
+        ("host_device_mb", "measured_mb", "rss_mb_host", "estimated_mb"),
         "memory_usage_mb",
     ),
     # Ganglia's bytes_out/bytes_in are rates, so the paper's "KB" is judged as KB/s; KB per epoch is shown.
@@ -117,13 +117,13 @@ def judge_fig6(panel: str, summary: ResnetSummary, dm: pd.DataFrame) -> Verdict:
         paper = pd.Series(
             {1: paper_values(item, metric, "1 device")[0], 10: paper_values(item, metric, "10 devices")[0]}
         )
-        noise = memory_noise(dm, ["32x32"], summary.profile.framework_mb)
+        noise = NO_NOISE  # the board's memory model: deterministic
         claim = "memory (280 -> 250 MB) falls"
         cells = [n for n in paper.index if n in ns]
         what = "32x32 vs 280 / 250 MB"
         checks = [
-            _memory_trend(values, claim, noise),
-            level(paper, values, cells, what=what, unit=" MB", each=True, basis=Basis.HOST_MEASURE, noise=noise),
+            _memory_trend(values, claim),
+            level(paper, values, cells, what=what, unit=" MB", each=True, basis=Basis.MODELLED, noise=noise),
         ]
     else:
         # "About 150 to 250 KB": the range widened by the level tolerance, as every "about" value is judged.
@@ -149,22 +149,21 @@ def judge_fig6(panel: str, summary: ResnetSummary, dm: pd.DataFrame) -> Verdict:
     )
 
 
-def _memory_trend(values: pd.Series, claim: str, noise: Noise) -> Check:
-    """Memory against N: one need per configuration here, so the same at every N by construction.
+def _memory_trend(values: pd.Series, claim: str) -> Check:
+    """Memory against N: the board's memory model holds no data (streamed), so the same at every N.
 
-    The need is probed per configuration (a step's model, optimizer and
-    activations; the data streamed, as a Pi streams CIFAR from its card), so
-    no fall with N can appear: the paper's claim is contradicted by how the
-    emulation holds memory, and the check says so as its cause. Needs that
-    differ with N (probed in different sessions) are judged as measured.
+    Weights, their gradients and momentum, and a batch's kept activations do
+    not depend on N, so no fall with N can appear: the paper's claim is
+    contradicted by how the board holds memory, and the check says so as its
+    cause.
     """
     if len(values) <= 1:
         return undecided("trend", f"only N={list(values.index)} ran", claim, basis=Basis.STRUCTURE, reason="too small")
     if values.nunique() > 1:
-        return policy.trend(values, -1, noise, claim=claim, basis=Basis.HOST_MEASURE)
+        return policy.trend(values, -1, NO_NOISE, claim=claim, basis=Basis.MODELLED)
     note = (
-        "cause: the need is probed once per configuration (data streamed from the card), so it cannot depend on N "
-        "here; the paper's fall (P25) may come from a resident shard that shrinks with N"
+        "cause: the board's memory model holds no data (streamed from the card), so it cannot depend on N; "
+        "the paper's fall (P25) may come from a resident shard that shrinks with N"
     )
     text = f"{values.iloc[0]:,.1f} MB at every N={list(values.index)}"
     return Check("trend", False, text, f"{claim} with N", note, basis=Basis.STRUCTURE)
@@ -174,7 +173,7 @@ def judge_fig7(panel: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Dat
     """A Figure 7 panel: 110x64 against the prose, and against 32x32 at the same N; its outcome if it did not train."""
     column, _, _, metric = _PANELS[panel]
     item, big, base = f"park2020/fig7{panel}", series(dm, "110x64", column), series(dm, "32x32", column)
-    basis = Basis.HOST_MEASURE if panel == "b" else Basis.MODELLED
+    basis = Basis.MODELLED
     if big.empty:
         need = oom[oom["config"] == "110x64"]
         noise: Noise = NO_NOISE
@@ -183,16 +182,19 @@ def judge_fig7(panel: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Dat
             checks = [undecided("outcome", "110x64 not run", rule, basis=basis, reason="too small")]
         elif panel == "b":
             r, fw = need.iloc[0], summary.profile.framework_mb
-            noise = memory_noise(need, ["110x64"])
+            board = board_memory_mb(summary.profile, 110, 64)
             text = (
-                f"110x64 needs {r.measured_mb:,.0f} MB above the framework (estimated {r.estimated_mb:,.0f} MB): "
-                f"{r.measured_mb + fw:,.0f} MB on the device against the paper's about "
+                f"the board's memory model: 110x64 holds {board:,.0f} MB on the device "
+                f"({board - fw:,.0f} MB above the framework) against the paper's about "
                 f"{paper_values(item, metric)[0]:.0f} MB"
             )
             rule = f"the paper trained 110x64: its step fits the {r.budget_mb:,.0f} MB training budget"
-            fits = policy.within(float(r.measured_mb), float(r.budget_mb))
-            note = "" if fits else "out of memory here"
-            checks = [Check("fits in memory", fits, text, rule, note, basis=basis, runs=noise.runs)]
+            fits = policy.within(board - fw, float(r.budget_mb))
+            note = (
+                f"this host's TensorFlow needs {r.measured_mb:,.0f} MB above the framework (it keeps every layer's "
+                "output), so the run here stopped as out of memory"
+            )
+            checks = [Check("fits in memory", fits, text, rule, note, basis=basis)]
         else:
             text, rule = "110x64 ran out of memory here", "needs a trained 110x64 run"
             why = "no run here can measure it: 110x64 does not fit the device (see fig7b)"
@@ -215,7 +217,7 @@ def judge_fig7(panel: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Dat
             ),
         ]
     elif panel == "b":
-        noise = memory_noise(dm, ["32x32", "110x64"], summary.profile.framework_mb)
+        noise = NO_NOISE  # the board's memory model: deterministic
         ratio, fold = big[shared] / base[shared], paper_values(item, "memory_usage_ratio")[0]
         about = pd.Series(paper_values(item, metric)[0], index=ns)
         what = f"110x64 / 32x32 vs about {fold:g}-fold"
@@ -251,11 +253,7 @@ def _plot_panel(
     for config in configs:
         values = series(dm, config, column)
         if not values.empty:
-            what = (
-                f"framework {summary.profile.framework_mb} MB (assumed) + working set"
-                if column == "device_mb"
-                else "measured"
-            )
+            what = "the board's memory model" if column == "device_mb" else "measured"
             ax.plot(values.index, values.to_numpy(), marker="o", label=f"{config}, {what}")
     fig6, panel = "fig6" in item_id, item_id[-1]
     if not paper:
@@ -387,9 +385,11 @@ def _notes(item_id: str, summary: ResnetSummary) -> list[str]:
         ]
     if panel == "b":
         return [
-            f"Judged: memory on the device = the profile's framework footprint ({p.framework_mb} MB, assumed) + "
-            "the measured working set (data streamed, so it does not depend on N). Host RSS (TensorFlow on this "
-            "host, with the data it holds) and the analytic estimate are shown beside it. P25: the paper's fall "
+            f"Judged: memory on the device by the board's memory model = the profile's framework footprint "
+            f"({p.framework_mb} MB, assumed) + weights, gradients and momentum + the tensors a batch's backward "
+            "pass needs (edgelab.emulation.memory_model; CIFAR streamed, so it does not depend on N). This host's "
+            "measured working set + the framework, its RSS (TensorFlow, with the data it holds) and the analytic "
+            "estimate are shown beside it. P25: the paper's fall "
             "with N (and LeNet's rise) is unexplained; a smaller resident shard per device could explain it. "
             "P27: '2.5-fold to 600 MB' is 2.37x 253.6 MB or 2.14x 280 MB."
         ]
@@ -440,9 +440,8 @@ def table3(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
         measured = at[column].astype(float) if column in at else pd.Series(dtype=float)
         cells = [c for c in TABLE3_CONFIGS if c in measured.index and c != "32x128"]
         what, unit = f"{metric} at N={n_star}", f" {UNITS[column]}"
-        if metric == "memory_usage_mb":
-            noise = memory_noise(rows_at, cells, summary.profile.framework_mb)
-            check = level(paper, measured, cells, what=what, at="", unit=unit, basis=Basis.HOST_MEASURE, noise=noise)
+        if metric == "memory_usage_mb":  # the board's memory model: deterministic, and the same at every N
+            check = level(paper, measured, cells, what=what, at="", unit=unit, basis=Basis.MODELLED, noise=NO_NOISE)
         else:
             check = gate(level(paper, measured, cells, what=what, at="", unit=unit), n_star == PAPER_N, why_n)
         if metric.startswith("network") and not networked([n_star], summary.topology):
@@ -452,20 +451,20 @@ def table3(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
         ("batch, 32 layers", ["32x32", "32x64", "32x128"]),
         ("depth, batch 32", ["32x32", "80x32", "110x32"]),
     ):
-        got = at["measured_mb"].reindex([c for c in path if c in at.index]).astype(float) if "measured_mb" in at else []
-        claim = f"memory grows with {what} (the working set; framework-free)"
-        noise = memory_noise(rows_at, path)
-        effect = policy.effect(pd.Series(got, dtype=float), +1, noise, claim=claim, basis=Basis.HOST_MEASURE)
+        got = at["device_mb"].reindex([c for c in path if c in at.index]).astype(float) if "device_mb" in at else []
+        claim = f"memory grows with {what} (the board's memory model)"
+        effect = policy.effect(pd.Series(got, dtype=float), +1, NO_NOISE, claim=claim, basis=Basis.MODELLED)
         checks.append(named(effect, what, at=""))
     predicted = [f"{c} N={n_star}" for c in TABLE3_CONFIGS if c in at.index]
-    noise = memory_noise(rows_at, list(TABLE3_CONFIGS), summary.profile.framework_mb)
-    verdict = policy.decide(checks, fitted=[], predicted=predicted, noise=noise, choices=choices(summary))
+    verdict = policy.decide(checks, fitted=[], predicted=predicted, noise=NO_NOISE, choices=choices(summary))
     table = pd.DataFrame(rows)
     body = [
         f"Measured at N={n_star}, the largest device count run (the paper's is unstated; inferred 10). {_P15}. "
         "Traffic: judged as the mean KB/s (Ganglia's rate); KB per device per epoch beside it. Memory: judged as "
-        "the device's framework footprint (assumed) + the measured working set; the analytic estimate and this "
-        "host's RSS beside it. P20: the conclusion's '+100 MB' matches none of the table's differences.",
+        "the board's memory model (framework footprint + weights, gradients and momentum + the tensors a batch's "
+        "backward pass needs; CIFAR streamed); the framework footprint + this host's measured working set, the "
+        "analytic estimate and this host's RSS beside it. P20: the conclusion's '+100 MB' matches none of the "
+        "table's differences.",
         "",
         "| metric (measured / paper) | " + " | ".join(TABLE3_CONFIGS) + " |",
         "|---|" + "---|" * len(TABLE3_CONFIGS),
