@@ -194,7 +194,27 @@ def judge_fig7(panel: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Dat
                 f"this host's TensorFlow needs {r.measured_mb:,.0f} MB above the framework (it keeps every layer's "
                 "output), so the run here stopped as out of memory"
             )
-            checks = [Check("fits in memory", fits, text, rule, note, basis=basis)]
+            base = board_memory_mb(summary.profile, 32, 32)
+            fold = paper_values(item, "memory_usage_ratio")[0]
+            checks = [
+                Check("fits in memory", fits, text, rule, note, basis=basis),
+                level(
+                    pd.Series({"110x64": paper_values(item, metric)[0]}),
+                    pd.Series({"110x64": board}),
+                    ["110x64"],
+                    what="the board's 110x64 vs about 600 MB",
+                    at="",
+                    unit=" MB",
+                ),
+                level(
+                    pd.Series({"110x64": fold}),
+                    pd.Series({"110x64": board / base}),
+                    ["110x64"],
+                    what=f"the board's 110x64 / 32x32 vs about {fold:g}-fold",
+                    at="",
+                    unit="x",
+                ),
+            ]
         else:
             text, rule = "110x64 ran out of memory here", "needs a trained 110x64 run"
             why = "no run here can measure it: 110x64 does not fit the device (see fig7b)"
