@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from edgelab.common import progress
 from edgelab.common.environ import environment
@@ -48,6 +48,9 @@ from edgelab.common.results import atomic_write_text
 from edgelab.report import catalog
 from edgelab.report import page as report_page
 from edgelab.report.manifest import update_manifest
+
+if TYPE_CHECKING:
+    from edgelab.cluster.shaped_hosts import ShapedHosts
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PROFILES = ("smoke", "full")
@@ -454,6 +457,9 @@ def cluster_command(args: argparse.Namespace) -> int:
                 delay_ms=args.delay_ms,
                 loss=args.loss,
                 delay_via=args.delay_via,
+                cpus=args.cpus,
+                memory_mb=args.memory_mb,
+                cpu_shares=args.cpu_shares,
             )
             hosts = shaped_hosts.up(spec)
             links = f"{spec.rate:g} Mbit/s"
@@ -463,6 +469,8 @@ def cluster_command(args: argparse.Namespace) -> int:
                 f"edgelab: {spec.devices} hosts up, links {links}; scheduler {hosts.scheduler_address}, "
                 f"its processes running as {hosts.account}"
             )
+            if hosts.cgroups:
+                print(f"  each host limited to {spec.limits.describe()} (cgroup v1; the scheduler is not limited)")
             if hosts.certificates:
                 from edgelab.cluster.tls import Certificates
 
@@ -481,11 +489,22 @@ def cluster_command(args: argparse.Namespace) -> int:
             )
         else:
             hosts = shaped_hosts.status()
-            print("edgelab: no shaped cluster is up" if hosts is None else json.dumps(hosts.to_dict(), indent=1))
+            print("edgelab: no shaped cluster is up" if hosts is None else json.dumps(_status(hosts), indent=1))
     except (ClusterError, ConfigError) as exc:
         print(f"edgelab cluster {args.action}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _status(hosts: ShapedHosts) -> dict[str, Any]:
+    """The state ``up`` recorded, and what each limited host's cgroups count now (CPU, throttling, peak memory)."""
+    from edgelab.cluster import device_cgroups
+
+    usage = {
+        device: {key: value for group in groups for key, value in device_cgroups.usage(group).items()}
+        for device, groups in hosts.cgroups.items()
+    }
+    return {**hosts.to_dict(), **({"cgroup_usage": usage} if usage else {})}
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
@@ -563,6 +582,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=["auto", "netem", "relay"],
         default="auto",
         help="tc netem, or a userspace relay where the kernel lacks netem (auto: netem if present)",
+    )
+    clu.add_argument(
+        "--cpus", type=float, default=None, help="CPU of each host in cores, e.g. 0.2 (a cgroup v1 CFS quota)"
+    )
+    clu.add_argument("--memory-mb", type=int, default=None, help="memory ceiling of each host in MiB (cgroup v1)")
+    clu.add_argument(
+        "--cpu-shares",
+        type=int,
+        default=None,
+        help="cgroup weight of each host against the machine's other work (default: the kernel's 1024)",
     )
     cal = sub.add_parser(
         "calibrate",

@@ -36,6 +36,13 @@ it does not (this project's build machine), from a userspace relay
 second veth pair, holding each frame for the delay and dropping a seeded
 fraction of them. ``delay_via`` chooses; ``"auto"`` takes netem when a probe
 qdisc can be made.
+
+CPU and memory (``cpus``, ``memory_mb``: each device's, as a board has them)
+come from cgroup v1 groups per host (``edgelab.cluster.device_cgroups``): a CFS
+quota of ``cpus`` cores and a memory ceiling, made as root before the host's
+worker starts and entered by it before it runs, so its nanny, its worker and
+all they start are inside. The scheduler and the relays are not devices and
+stay outside: a relay's CPU is the link's, not the device's.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgelab.cluster import device_cgroups
 from edgelab.cluster.device_cluster import device_resource, tier_resource
 from edgelab.cluster.tls import Certificates, make_certificates
 from edgelab.common import checks
@@ -86,9 +94,13 @@ class HostsSpec:
     loss: float = 0.0  # fraction of frames lost in each direction
     delay_via: str = "auto"  # "netem", "relay" (userspace), or "auto": netem where the kernel has it
     seed: int = 0  # seeds the relay's loss draws
+    cpus: float | None = None  # each device's CPU, in cores (0.2: a fifth of one); None: no quota
+    memory_mb: int | None = None  # each device's memory ceiling in MiB; None: none
+    cpu_shares: int | None = None  # each device's cgroup weight against the machine's other work; None: 1024
 
     def __post_init__(self) -> None:
         checks.integer("devices", self.devices, at_least=1, at_most=200)
+        self.limits  # noqa: B018 - raises for limits out of range, before anything is built
         get_profile(self.profile)  # raises for an unknown profile
         if self.rate_mbit is not None and not (isinstance(self.rate_mbit, int | float) and self.rate_mbit > 0):
             raise ConfigError("rate_mbit", self.rate_mbit, "a link rate in Mbit/s > 0 (None: the profile's)")
@@ -127,6 +139,15 @@ class HostsSpec:
         return f"{self.profile}-{i}"
 
     @property
+    def limits(self) -> device_cgroups.DeviceLimits:
+        """Each device's CPU and memory limits (``limited`` is False when none is set)."""
+        return device_cgroups.DeviceLimits(cpus=self.cpus, memory_mb=self.memory_mb, cpu_shares=self.cpu_shares)
+
+    def host(self, i: int) -> str:
+        """Device ``i``'s host: its namespace's name, and its cgroups' (``el-pi3b-0``)."""
+        return f"{self.prefix}-{self.device(i)}"
+
+    @property
     def impaired(self) -> bool:
         """Whether the links have delay or loss besides their rate."""
         return self.delay_ms > 0 or self.loss > 0
@@ -147,6 +168,7 @@ class ShapedHosts:
     impairment: str = ""  # how delay and loss are made: "netem", "relay", or "" (none asked for)
     account: str = ""  # the user the processes run as
     work: str = ""  # their home and scratch folder, theirs
+    cgroups: dict[str, list[str]] = field(default_factory=dict)  # each limited device's groups
 
     def security(self) -> Any:
         """What a client of this cluster needs: None for plain TCP, else a TLS ``distributed.Security``."""
@@ -268,6 +290,8 @@ def _impairment(spec: HostsSpec) -> str:
 def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0) -> ShapedHosts:
     """Build the hosts, start the scheduler and a worker per device; return once every worker has joined."""
     check_machine()
+    if spec.limits.limited:
+        device_cgroups.check_machine(spec.limits)
     user = account(spec)
     _check_runnable(user)
     folder = _private_folder(folder or state_dir())
@@ -299,12 +323,15 @@ def up(spec: HostsSpec, *, folder: Path | None = None, timeout_s: float = 120.0)
         _write_state(state_path, hosts)  # from here on, `down` can undo whatever follows
         for i in range(spec.devices):
             _add_host(spec, hosts, i, net.prefixlen)
+            if spec.limits.limited:
+                hosts.cgroups[spec.device(i)] = device_cgroups.make(spec.host(i), spec.limits)
             _write_state(state_path, hosts)
         ttl = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{spec.worker_ttl_s}s"}
         hosts.pids["scheduler"] = _spawn(hosts, "scheduler", None, _scheduler_command(spec, hosts), ttl)
         for i in range(spec.devices):
-            ns = hosts.namespaces[i]
-            hosts.pids[spec.device(i)] = _spawn(hosts, spec.device(i), ns, _worker_command(spec, hosts, i))
+            ns, name = hosts.namespaces[i], spec.device(i)
+            groups = hosts.cgroups.get(name, [])
+            hosts.pids[name] = _spawn(hosts, name, ns, _worker_command(spec, hosts, i), groups=groups)
         _write_state(state_path, hosts)
         _wait_for_workers(hosts, timeout_s)
     except BaseException:
@@ -324,7 +351,9 @@ def down(*, folder: Path | None = None) -> ShapedHosts | None:
     _check_trusted(state_path)
     hosts = ShapedHosts.from_dict(json.loads(state_path.read_text()))
     _check_names(hosts)
-    _teardown(hosts)
+    left = _teardown(hosts)
+    if left:  # the state stays, so that `down` can try again
+        raise ClusterError(f"the cgroups {', '.join(left)} would not go (processes still in them); run down again")
     state_path.unlink()
     return hosts
 
@@ -334,6 +363,7 @@ def _check_names(hosts: ShapedHosts) -> None:
     prefix = hosts.spec.prefix
     allowed = re.compile(rf"{re.escape(prefix)}(br0|[hrnb]\d+|-[a-z0-9]+-\d+)")
     strange = [n for n in [*hosts.namespaces, *hosts.links, hosts.bridge] if not allowed.fullmatch(n)]
+    strange += device_cgroups.check_recorded([g for groups in hosts.cgroups.values() for g in groups], prefix)
     if strange:
         raise ClusterError(f"the state names {', '.join(strange)}, which `up` never makes for prefix {prefix!r}")
 
@@ -370,12 +400,12 @@ def set_link(hosts: ShapedHosts, device: str, *, up: bool = True, rate_mbit: flo
 
 
 def leftovers(prefix: str) -> list[str]:
-    """Namespaces and links of ``prefix`` that exist on this machine now (empty after a clean ``down``)."""
+    """Namespaces, links and cgroups of ``prefix`` that exist on this machine now (empty after a clean ``down``)."""
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout.split("\n")
     found = [n.split()[0] for n in names if n.startswith(f"{prefix}-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if re.fullmatch(rf"{prefix}(br0|h\d+|r\d+)", m)]
-    return found
+    return found + device_cgroups.leftovers(prefix)
 
 
 # ------------------------------------------------------------- internals ----
@@ -387,7 +417,7 @@ def _add_host(spec: HostsSpec, hosts: ShapedHosts, i: int, prefixlen: int) -> No
     With the relay, the outside end is joined to the bridge through the relay
     and a second veth pair (``<prefix>r<i>`` -> ``<prefix>b<i>``) instead.
     """
-    ns, outside, inside = f"{spec.prefix}-{spec.device(i)}", f"{spec.prefix}h{i}", f"{spec.prefix}n{i}"
+    ns, outside, inside = spec.host(i), f"{spec.prefix}h{i}", f"{spec.prefix}n{i}"
     _ip("netns", "add", ns)
     hosts.namespaces.append(ns)
     _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
@@ -529,12 +559,15 @@ def _spawn(
     extra_env: dict[str, str] | None = None,
     *,
     as_root: bool = False,
+    groups: list[str] | None = None,
 ) -> int:
     """Start ``command`` (inside ``namespace``) as the cluster's user, in its own process group.
 
     Its output goes to ``<logs>/<name>.log``. ``ip netns exec`` needs root, so
     the drop to the user is ``setpriv``'s, inside the namespace; ``as_root``
-    (the relay, which drops by itself) skips it.
+    (the relay, which drops by itself) skips it. With ``groups`` (cgroup
+    folders) the process enters them first, while still root, and everything
+    it becomes and starts stays inside.
     """
     user = pwd.getpwnam(hosts.account)
     drop = [_setpriv(), f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
@@ -543,7 +576,7 @@ def _spawn(
     prefix = ["ip", "netns", "exec", namespace] if namespace else []
     with open(Path(hosts.logs) / f"{name}.log", "ab") as log:
         process = subprocess.Popen(
-            [*prefix, *drop, *command],
+            device_cgroups.enter_command(groups or [], [*prefix, *drop, *command]),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -618,11 +651,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _teardown(hosts: ShapedHosts) -> None:
-    """Stop every process group (TERM, then KILL), then remove namespaces, links and the bridge.
+def _teardown(hosts: ShapedHosts) -> list[str]:
+    """Stop every process group (TERM, then KILL), then remove cgroups, namespaces, links and the bridge.
 
     Workers go first, then the scheduler, then the relays, so each goodbye
-    still has a link to cross.
+    still has a link to cross. Returns the cgroups that would not go.
     """
     stages = [
         [pid for name, pid in hosts.pids.items() if name != "scheduler" and not name.startswith("relay-")],
@@ -639,6 +672,7 @@ def _teardown(hosts: ShapedHosts) -> None:
             time.sleep(0.05)
         for pid in pids:
             _signal_group(pid, signal.SIGKILL)
+    left = [g for groups in hosts.cgroups.values() for g in device_cgroups.remove(groups)]
     for ns in hosts.namespaces:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
     for link in hosts.links:
@@ -646,6 +680,7 @@ def _teardown(hosts: ShapedHosts) -> None:
     for made in (hosts.certificates, hosts.work):  # keys and scratch of a cluster that is gone
         if made and not Path(made).is_symlink():
             shutil.rmtree(made, ignore_errors=True)
+    return left
 
 
 def _started_here(pid: int) -> bool:
