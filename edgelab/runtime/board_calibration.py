@@ -172,28 +172,44 @@ def _meminfo_mb(path: str = "/proc/meminfo") -> dict[str, float]:
 
 
 def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """CPUs the cgroup's quota allows (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), or ``None`` for no quota."""
+    """CPUs the cgroup's quota allows (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), or ``None`` for no quota.
+
+    Under v1 the quota that holds is the smallest of this process's own group's and its ancestors'
+    (a process placed in a limited group, as a limited shaped host's worker is).
+    """
     v2 = Path(root, "cpu.max")
     if v2.exists():
         quota, _, period = v2.read_text().partition(" ")
         return None if quota == "max" else int(quota) / int(period)
-    for folder in (Path(root, "cpu"), Path(root, "cpu,cpuacct")):
+    quotas = []
+    for folder in _v1_groups(root, "cpu", ("cpu", "cpu,cpuacct")):
         quota_file = folder / "cpu.cfs_quota_us"
-        if quota_file.exists():
-            quota_us = int(quota_file.read_text())
-            period = int((folder / "cpu.cfs_period_us").read_text())
-            return None if quota_us <= 0 else quota_us / period
-    return None
+        if quota_file.exists() and (quota_us := int(quota_file.read_text())) > 0:
+            quotas.append(quota_us / int((folder / "cpu.cfs_period_us").read_text()))
+    return min(quotas, default=None)
 
 
 def _cgroup_memory_limit_mb(root: str = "/sys/fs/cgroup") -> float | None:
-    """The cgroup's memory limit in MB (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), or ``None``."""
-    for path in (Path(root, "memory.max"), Path(root, "memory", "memory.limit_in_bytes")):
-        if path.exists():
-            text = path.read_text().strip()
-            # v1 writes "no limit" as a number near 2**63.
-            return None if text == "max" or int(text) >= 1 << 60 else int(text) / 2**20
-    return None
+    """The cgroup's memory limit in MB (v2 ``memory.max``, v1 ``memory.limit_in_bytes``: the least up the tree)."""
+    v2 = Path(root, "memory.max")
+    if v2.exists():
+        text = v2.read_text().strip()
+        return None if text == "max" else int(text) / 2**20
+    limits = []
+    for folder in _v1_groups(root, "memory", ("memory",)):
+        path = folder / "memory.limit_in_bytes"
+        # v1 writes "no limit" as a number near 2**63.
+        if path.exists() and (limit := int(path.read_text())) < 1 << 60:
+            limits.append(limit / 2**20)
+    return min(limits, default=None)
+
+
+def _v1_groups(root: str, controller: str, mounts: tuple[str, ...]) -> list[Path]:
+    """The own v1 group of this process in ``controller`` and every group above it, under each of ``mounts``."""
+    from edgelab.cluster.device_cgroups import own_group
+
+    own = Path(own_group(controller).lstrip("/"))
+    return [Path(root, mount, group) for mount in mounts for group in (own, *own.parents)]
 
 
 def _clock_ghz() -> float | None:
