@@ -339,6 +339,9 @@ def test_an_interrupted_run_says_so_and_leaves_no_process_and_no_temporary_folde
     )
     command = "import sys; from pathlib import Path; from edgelab import cli; cli.NOTEBOOKS_DIR = Path(sys.argv[1]); "
     command += "cli.entry(['reproduce'])"  # what `python -m edgelab.cli` and the `edgelab` command run
+    # As from a terminal: a test run started in the background (`cmd &`, nohup) passes SIGINT down ignored,
+    # and the command rightly keeps an ignored signal ignored (tested below), so Ctrl-C would never arrive.
+    command = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); " + command
     env = {
         **os.environ,
         "TMPDIR": str(scratch),
@@ -374,3 +377,24 @@ def test_an_interrupted_run_says_so_and_leaves_no_process_and_no_temporary_folde
     assert "Traceback" not in err and "never retrieved" not in err, err
     assert _ended(child)
     assert not list(scratch.glob("edgelab-tiny_long-*"))
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_IGN, signal.SIG_DFL], ids=["ignored", "default"])
+def test_a_run_keeps_an_ignored_sigint_ignored_and_catches_it_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inherited: object
+) -> None:
+    # Prepare: SIGINT as the caller left it (nohup and `cmd &` leave it ignored); a run that reads it
+    monkeypatch.setenv("EDGELAB_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setattr(cli, "NOTEBOOKS_DIR", tmp_path)
+    seen = []
+    monkeypatch.setattr(cli, "reproduce", lambda *args, **kwargs: seen.append(signal.getsignal(signal.SIGINT)) or 0)
+    before = signal.signal(signal.SIGINT, inherited)
+    try:
+        # Execute
+        assert cli.main(["reproduce"]) == 0
+
+        # Assert: ignored stays ignored during the run; otherwise the run's handler ends it; either way restored
+        assert seen == [signal.SIG_IGN if inherited is signal.SIG_IGN else cli._interrupt]
+        assert signal.getsignal(signal.SIGINT) is inherited
+    finally:
+        signal.signal(signal.SIGINT, before)
