@@ -352,3 +352,21 @@ def test_limited_hosts_run_their_workers_inside_a_quota_and_down_removes_the_gro
     # down removed every group, and the edgelab folders with them
     assert sh.leftovers(PREFIX) == []
     assert not any(Path(g).exists() for groups in hosts.cgroups.values() for g in groups)
+
+
+def test_shaped_hosts_workers_run_with_the_embedded_devices_dask_settings(tmp_path: Path) -> None:
+    import dask
+
+    from edgelab.cluster import device_cluster
+
+    # Prepare
+    hosts = sh.ShapedHosts(sh.HostsSpec(devices=1, cpus=0.2), "tcp://x:1", "elbr0", work=str(tmp_path))
+
+    # Execute: what Dask makes of the variables a host's processes start with
+    seen = dask.config.collect_env(sh._worker_environment(hosts))
+
+    # Assert: every setting of the embedded devices (an idle worker's own CPU counts against a host's quota)
+    for key, value in device_cluster._DEVICE_WORKER_CONFIG.items():
+        if key.startswith("distributed.nanny.pre-spawn-environ."):
+            key, value = "distributed.nanny.pre-spawn-environ", {"MALLOC_TRIM_THRESHOLD_": None}
+        assert dask.config.get(key, config=seen) == value, key

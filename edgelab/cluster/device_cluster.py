@@ -151,6 +151,19 @@ def _device_env() -> dict[str, str]:
     return {**_worker_env(str(cache_dir() / "keras")), device_scheduling.ENV: device_scheduling.chosen()}
 
 
+def worker_config_environ() -> dict[str, str]:
+    """The device workers' Dask settings as ``DASK_*`` variables, for workers started as programs (shaped hosts).
+
+    All but the nanny's environment for its worker, whose key a variable's name cannot spell
+    (Dask lowercases it): the shaped hosts set that one whole.
+    """
+    return {
+        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+        for key, value in _DEVICE_WORKER_CONFIG.items()
+        if not key.startswith("distributed.nanny.pre-spawn-environ.")
+    }
+
+
 def device_names(profile: DeviceProfile, n_devices: int) -> list[str]:
     """Names of the first ``n_devices`` emulated devices: ``pi3b-0``, ``pi3b-1`` ..."""
     return [f"{profile.name}-{i}" for i in range(n_devices)]
