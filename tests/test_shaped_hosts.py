@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgelab.cluster import link_relay
 from edgelab.cluster import shaped_hosts as sh
 from edgelab.common.errors import ClusterError, ConfigError
 
@@ -567,12 +568,14 @@ def test_the_relay_drops_to_its_user_once_its_packet_sockets_are_open() -> None:
         )
         assert relay.stdout is not None
         assert relay.stdout.readline().startswith("link_relay: ")  # its sockets are open
-        uids = _uids(relay.pid)
+        uids, nice = _uids(relay.pid), os.getpriority(os.PRIO_PROCESS, relay.pid)
         relay.send_signal(signal.SIGTERM)
         log = relay.communicate(timeout=10)[0]
 
-        # Assert: it relayed as nobody, every id dropped (none left to regain root), and ended cleanly
+        # Assert: it relayed as nobody, every id dropped (none left to regain root), ahead of the devices'
+        # processes (a priority only root could give it, kept after the drop), and ended cleanly
         assert uids == {65534}
+        assert nice == link_relay.RELAY_NICE < 0
         assert relay.returncode == 0 and "forwarded" in log
     finally:
         for dev in (f"{PREFIX}q0", f"{PREFIX}q2"):

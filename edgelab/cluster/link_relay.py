@@ -157,6 +157,22 @@ class Wire:
         return max(wait, 0.0)
 
 
+#: The relay's nice value, set while it is still root: a wire must not wait behind the workloads it carries.
+RELAY_NICE = -10
+
+
+def raise_priority() -> None:
+    """Run ahead of the devices' processes (nice ``RELAY_NICE``; root only, kept after the drop).
+
+    A relay copies every frame in Python, so on a loaded host its link runs
+    as slow as the relay is scheduled: at load 10 on this 2-core host an 8 MB
+    transfer over a 100 Mbit/s link took 1.34 s against the rate's 0.64 s. A
+    real wire does not share the boards' CPUs; at nice -10 the relay gets about
+    nine times a device process's share of a busy core.
+    """
+    os.setpriority(os.PRIO_PROCESS, 0, RELAY_NICE)
+
+
 def drop_privileges(user: str) -> None:
     """Become ``UID:GID`` for good (no supplementary groups): the open sockets stay, root's rights go."""
     uid, _, gid = user.partition(":")
@@ -181,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         wire = Wire(args.a, args.b, delay_s=args.delay_ms / 1000, loss=args.loss, seed=args.seed)
+        if os.geteuid() == 0:
+            raise_priority()
         if args.user is not None:
             drop_privileges(args.user)
     except (ValueError, OSError) as exc:
