@@ -186,6 +186,19 @@ def test_remove_takes_the_groups_and_the_edgelab_folder_once_empty(root: Path, p
     assert dc.remove(second) == []  # twice: nothing to do
 
 
+def test_the_edgelab_folder_weighs_what_its_groups_weigh_so_each_competes_as_if_alone(root: Path, proc: str) -> None:
+    # Prepare: two hosts of weight 4096 and one of the kernel's default
+    folder = root / "cpu" / "edgelab"
+    first = dc.make("elc-pi3b-0", dc.DeviceLimits(cpus=0.2, cpu_shares=4096), root=root, proc=proc)
+    dc.make("elc-pi3b-1", dc.DeviceLimits(cpus=0.2, cpu_shares=4096), root=root, proc=proc)
+    dc.make("elc-pi3b-2", dc.DeviceLimits(cpus=0.2), root=root, proc=proc)
+
+    # Assert: the folder's weight is theirs together, and follows them out
+    assert (folder / "cpu.shares").read_text() == f"{4096 + 4096 + 1024}\n"
+    dc.remove(first)
+    assert (folder / "cpu.shares").read_text() == f"{4096 + 1024}\n"
+
+
 @pytest.mark.parametrize(
     ("group", "strange"),
     [
