@@ -196,7 +196,7 @@ def test_every_item_of_the_committed_manifests_carries_a_verdict_from_the_policy
 
 # Notebooks whose paper-sized runs are not yet re-run under the evidence policy (issue 51, open): each takes
 # 30 minutes to 2.5 hours here. Their items read "not run", saying when they last ran and how to run them again.
-PENDING_FULL = {"zhang2018_schemes", "park2020_async"}
+PENDING_FULL = {"zhang2018_schemes"}
 
 
 def test_the_full_profile_lists_every_id_and_runs_all_but_the_pending_notebooks() -> None:
