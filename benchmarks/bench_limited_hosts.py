@@ -1,0 +1,525 @@
+"""Benchmark: the emulated clock against real training on limited hosts, each a fraction of a core behind its link.
+
+Each device is a shaped host (``edgelab.cluster.shaped_hosts``: a network
+namespace behind a 100 Mbit/s ``tc`` link, running the real ``dask worker``)
+held to a real fraction of a core and a real memory ceiling by cgroup v1
+groups (``HostsSpec(cpus=..., memory_mb=...)``). So the run here is what the
+emulated clock claims to predict: boards of that speed on that link.
+
+1. **The board**: ``edgelab calibrate`` run inside the first limited host's
+   groups, beside that host's idle worker and nanny (which share the quota
+   with the training as they share it with the calibration), its two
+   device-model terms (seconds per step, FLOP rate) fitted on its own timings;
+   one board per CPU quota. The idle hosts' own CPU is measured and reported.
+2. **The real run**: synchronous data-parallel training (``edgelab.train``,
+   LeNet-MLP and LeNet-CNN on MNIST, batch 64, one round per pass over each
+   device's data, a few seconds of compute per round) on 2, 5 and 10 limited
+   hosts; repeats interleaved, the configurations' order reversed every other
+   repeat.
+3. **The emulated clock** of the same run: ``edgelab.emulation.timeline.compose``
+   over its records with the board's device model for each device's compute
+   and the link's rate and latency for its transfers, the parameter server on
+   a machine of its own behind links that are never the bottleneck (as here:
+   the client sits on the unshaped bridge, each device behind its own link).
+   That is what the emulated cluster would give for these records
+   (``edgelab.training.result``), with this set-up's topology.
+
+Per configuration: measured seconds per round (``round_wall_s``), emulated
+seconds per round, their relative error (target: within 10%), and what splits
+the error: the devices' measured compute against the model's, the rest of the
+round against the clock's transfers, the cgroups' throttling and the machine's
+load. A diagnostic clock takes each step's time from the board's own timed
+cell (batch 64) instead of the two-term fit, to tell the fit's residual from
+what the clock leaves out.
+
+The client (the parameter server) and the scheduler run in a group of their
+own with a high ``cpu.shares`` and no quota: they stand for a machine of their
+own and should not wait on the host's other jobs; the devices' groups get the
+same weight, so the quota, not the machine's load, is what they meet.
+
+Needs root and cgroup v1 (``cpu``, ``memory``). Run
+``sudo EDGELAB_DATA_DIR=../shared/data .venv/bin/python benchmarks/bench_limited_hosts.py --help``;
+results go to ``reports/benchmarks/limited_hosts.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from bench_training import THREAD_CAP
+
+if "tensorflow" not in sys.modules:
+    os.environ.update(THREAD_CAP)
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pandas as pd  # noqa: E402
+from bench_training import host_info  # noqa: E402
+
+from edgelab.cluster import device_cgroups, shaped_hosts  # noqa: E402
+from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
+from edgelab.common.paths import reports_dir  # noqa: E402
+from edgelab.common.results import atomic_write_text  # noqa: E402
+from edgelab.data import Dataset, load_dataset  # noqa: E402
+from edgelab.emulation import timeline  # noqa: E402
+from edgelab.emulation.device_model import for_profile  # noqa: E402
+from edgelab.emulation.profiles import DeviceProfile, get_profile  # noqa: E402
+from edgelab.runtime.devices import connect  # noqa: E402
+from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
+
+BATCH_SIZE = 64  # the calibration's larger cell, and the papers' batch
+MODELS = ("mlp", "cnn")
+# (devices, cores each): at most one of the machine's two cores in all, so that its other jobs keep the other
+POINTS = ((2, 0.2), (5, 0.2), (10, 0.1))
+# Steps per round at 0.2 cores, about 3 s of compute each (scaled by 0.2 / cores, so every point's rounds last
+# as long, up to one pass over MNIST's 60,000 images: the MLP's rounds at 0.1 cores are about 6 s)
+STEPS_AT_FIFTH = {"mlp": 900, "cnn": 40}
+MAX_STEPS = 60_000 // 64
+ROUNDS = 4  # rounds (epochs of each device's data) per run
+MEMORY_MB = 1024  # each device's ceiling: a Pi 3B's 1 GB
+SHARES = 8192  # the groups' weight: 8 x a plain process's, so a busy machine does not starve a device below its quota
+LINK_MBIT = 100.0  # a Pi 3B's Ethernet, tc tbf on each host's veth, both directions
+LATENCY_MS = 0.05  # veth and bridge, no delay added: what the board's profile is given as its latency
+PREFIX, SUBNET = "ell", "10.218.0.0/24"  # not the default shaped cluster's, nor the tests': theirs are left alone
+TARGET = 0.10  # |emulated - measured| / measured per configuration
+CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
+
+
+# ------------------------------------------------------------- the board ----
+
+
+def calibrate_beside(hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, repeats: int) -> Path:
+    """``edgelab calibrate`` run inside the first device's groups, beside its idle worker; the board's profile file.
+
+    The host as it serves: its worker and nanny, idle, share the quota with the
+    calibration as they share it with the training.
+    """
+    cores = hosts.spec.cpus or 1.0
+    name = f"limited{round(cores * 100)}"
+    out = folder / f"{name}.json"
+    command = [sys.executable, "-m", "edgelab.cli", "calibrate", name, "--out", str(out)]
+    command += ["--seconds", str(seconds), "--repeats", str(repeats)]
+    command += ["--link-mbps", str(LINK_MBIT), "--latency-ms", str(LATENCY_MS)]
+    groups = hosts.cgroups[hosts.spec.device(0)]
+    done = subprocess.run(device_cgroups.enter_command(groups, command), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"calibration at {cores} cores failed:\n{done.stderr[-3000:]}")
+    return out
+
+
+def idle_cores(hosts: shaped_hosts.ShapedHosts, seconds: float = 20.0) -> float:
+    """Cores an idle host's own processes (worker, nanny) use, the mean over hosts: quota the training cannot have."""
+    groups = [g for gs in hosts.cgroups.values() for g in gs]
+    before = {g: device_cgroups.usage(g).get("cpu_ns", 0) for g in groups}
+    time.sleep(seconds)
+    used = sum(device_cgroups.usage(g).get("cpu_ns", 0) - before[g] for g in groups)
+    return used / 1e9 / seconds / len(hosts.cgroups)
+
+
+# ---------------------------------------------------------- the real run ----
+
+
+def steps_per_round(model: str, cores: float) -> int:
+    """Steps each device trains per round at ``cores``: about as many seconds at every quota."""
+    return max(1, min(MAX_STEPS, round(STEPS_AT_FIFTH[model] * 0.2 / cores)))
+
+
+def run_config(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str, devices: int) -> dict[str, Any]:
+    """One run: ``ROUNDS`` rounds of ``steps_per_round`` batches on each of ``devices`` limited hosts."""
+    steps = steps_per_round(model, hosts.spec.cpus or 1.0)
+    # Every device trains on the same samples ("full"): a round's length does not shrink as devices are added.
+    data = _mnist(steps * BATCH_SIZE)
+    cfg = TrainConfig(
+        model=model, n_devices=devices, sync_every="epoch", epochs=ROUNDS, batch_size=BATCH_SIZE, worker_data="full"
+    )
+    groups = [g for i in range(devices) for g in hosts.cgroups[hosts.spec.device(i)]]
+    before, load0 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    run = _train(cluster, data, cfg)
+    after, load1 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    return {
+        "model": model,
+        "devices": devices,
+        "run": run,
+        "cgroups": _cgroup_deltas(before, after),
+        "load": (load0, load1),
+    }
+
+
+@functools.cache
+def _mnist(samples: int) -> Dataset:
+    return load_dataset("mnist", sample_limit=samples, test_limit=256)
+
+
+def _train(cluster: DeviceCluster, dataset: Dataset, cfg: TrainConfig, *, timeout_s: float = 30.0) -> TrainRun:
+    """Train, then wait until the scheduler has released the run's keys, so runs do not overlap."""
+
+    def held(dask_scheduler: Any) -> int:  # sent by value: the shaped hosts' scheduler cannot import this script
+        return len(dask_scheduler.tasks)
+
+    run = train(cluster, dataset, cfg, log=lambda _: None)
+    deadline = time.monotonic() + timeout_s
+    while cluster.client.run_on_scheduler(held) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return run
+
+
+def _cgroup_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, int]:
+    """What the devices' groups counted during the run, summed over them (peak memory: the largest)."""
+    out: dict[str, int] = {}
+    for group, now in after.items():
+        for key, value in now.items():
+            if key == "memory_peak_bytes":
+                out[key] = max(out.get(key, 0), value)
+            else:
+                out[key] = out.get(key, 0) + value - before[group].get(key, 0)
+    return out
+
+
+def _cpu_times() -> tuple[float, float, float]:
+    """(wall, busy jiffies, all jiffies) of the whole machine, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return time.time(), float(sum(fields) - idle), float(sum(fields))
+
+
+# ------------------------------------------------------- the comparison ----
+
+
+def compare(run: TrainRun, board: DeviceProfile, cell_step_s: float | None = None) -> dict[str, Any]:
+    """The run's measured seconds per round against its emulated ones, and the pieces of each.
+
+    ``cell_step_s``: the board's own timed step (batch 64) for a diagnostic
+    clock with no fit residual in its compute.
+    """
+    records = run.records
+    model = for_profile(board.name)
+    compute = model.records_compute_s(records, str(run.config.model))
+    emulated = timeline.compose(records, board, topology=CLOCK, compute_s=compute)
+    per_round = records.groupby("round").agg(measured_s=("round_wall_s", "first"), device_s=("wall_s", "max"))
+    out = {
+        "rounds": len(per_round),
+        "measured_s": float(per_round["measured_s"].mean()),
+        "emulated_s": float(emulated["round_s"].mean()),
+        "device_compute_s": float(per_round["device_s"].mean()),  # measured inside the slowest device's task
+        "model_compute_s": float(emulated["compute_max_s"].mean()),
+        "emulated_comm_s": float(emulated["comm_s"].mean()),
+        "server_s": float(records.groupby("round")["server_s"].first().mean()),
+        "mb_per_device_round": float((records["bytes_received"] + records["bytes_sent"]).mean() / 1e6),
+    }
+    out["measured_rest_s"] = out["measured_s"] - out["device_compute_s"]
+    out["error"] = out["emulated_s"] / out["measured_s"] - 1
+    if cell_step_s is not None:
+        cells = timeline.compose(records, board, topology=CLOCK, compute_s=records["steps"].to_numpy() * cell_step_s)
+        out["emulated_cell_s"] = float(cells["round_s"].mean())
+        out["error_cell"] = out["emulated_cell_s"] / out["measured_s"] - 1
+    return out
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (devices, cores, model): the median over repeats of every number, and the errors' range."""
+    table = pd.DataFrame(rows)
+    out = []
+    for (devices, cores, model), cell in table.groupby(["devices", "cores", "model"], sort=True):
+        numbers = {k: float(cell[k].median()) for k in cell.columns if k not in ("devices", "cores", "model", "repeat")}
+        numbers = {k: v for k, v in numbers.items() if v == v}  # NaN: a column this configuration lacks
+        out.append(
+            {
+                "devices": int(devices),
+                "cores": float(cores),
+                "model": model,
+                "repeats": len(cell),
+                "cores_in_all": float(devices * cores),
+                **numbers,
+                "error_min": float(cell["error"].min()),
+                "error_max": float(cell["error"].max()),
+                "within_target": bool(abs(numbers["error"]) <= TARGET),
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------- a block ----
+
+
+@contextlib.contextmanager
+def server_group(pids: list[int]) -> Iterator[None]:
+    """``pids`` (this client, the scheduler) in a group of a high weight and no quota while the block runs."""
+    limits = device_cgroups.DeviceLimits(cpu_shares=SHARES)
+    home = {g: Path(g).parent.parent for g in device_cgroups.group_folders(f"{PREFIX}-server", limits)}
+    groups = device_cgroups.make(f"{PREFIX}-server", limits)
+    try:
+        for group in groups:
+            for pid in pids:
+                Path(group, "cgroup.procs").write_text(f"{pid}\n")
+        yield
+    finally:
+        for group in groups:  # back where they were, so that the group can go
+            for pid in device_cgroups.members(group):
+                Path(home[Path(group)], "cgroup.procs").write_text(f"{pid}\n")
+        device_cgroups.remove(groups)
+
+
+def run_block(
+    cores: float, devices: list[int], *, repeats: int, seconds: float, given: Path | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Limited hosts at ``cores`` each: a board calibrated on one of them, then the runs, interleaved.
+
+    Every (model, device count) ``repeats`` times, the order reversed every other
+    repeat. Returns the board's file (with the hosts' idle CPU) and the runs.
+    """
+    spec = shaped_hosts.HostsSpec(
+        devices=max(devices),
+        prefix=PREFIX,
+        subnet=SUBNET,
+        rate_mbit=LINK_MBIT,
+        cpus=cores,
+        memory_mb=MEMORY_MB,
+        cpu_shares=SHARES,
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edgelab-limited-bench-") as folder:
+        Path(folder).chmod(0o755)
+        hosts = shaped_hosts.up(spec, folder=Path(folder), timeout_s=300)
+        try:
+            with server_group([os.getpid(), hosts.pids["scheduler"]]):
+                cluster = connect(max(devices), scheduler_address=hosts.scheduler_address, security=hosts.security())
+                try:
+                    for model in MODELS:  # unmeasured: each device builds and traces the model once
+                        warm = TrainConfig(model=model, n_devices=max(devices), worker_data="full", sync_every="epoch")
+                        _train(cluster, load_dataset("mnist", sample_limit=256, test_limit=64), warm)
+                    doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
+                    cells = {c["model"]: c["step_s"] for c in doc["measurements"]["cells"] if c["batch_size"] == 64}
+                    configs = [(m, n) for n in devices for m in MODELS]
+                    for r in range(repeats):
+                        for model, n in configs if r % 2 == 0 else configs[::-1]:
+                            rows.append(_row(run_config(cluster, hosts, model, n), board, cells, cores, r))
+                            print(_progress(rows[-1]), flush=True)
+                            print("row", json.dumps(rows[-1], default=str), flush=True)  # kept if a later run fails
+                finally:
+                    cluster.close()
+        finally:
+            shaped_hosts.down(folder=Path(folder))
+    return doc, rows
+
+
+def _board(
+    hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, given: Path | None
+) -> tuple[dict[str, Any], DeviceProfile]:
+    """The hosts' idle CPU, then the board: calibrated on the first host (or ``given``); its file and profile."""
+    idle = idle_cores(hosts)
+    path = given or calibrate_beside(hosts, folder, seconds=seconds, repeats=3)
+    board = get_profile(str(path))
+    doc = {**json.loads(path.read_text()), "idle_host_cores": idle, "given": given is not None}
+    print(f"{hosts.spec.cpus:g} cores: {for_profile(board.name).describe()}; idle host {idle:.4f} cores", flush=True)
+    return doc, board
+
+
+def _row(done: dict[str, Any], board: DeviceProfile, cells: dict, cores: float, repeat: int) -> dict[str, Any]:
+    run, model = done["run"], done["model"]
+    (w0, busy0, all0), (w1, busy1, all1) = done["load"]
+    wall = w1 - w0
+    use = done["cgroups"]
+    return {
+        "devices": done["devices"],
+        "cores": cores,
+        "model": model,
+        "repeat": repeat,
+        **compare(run, board, cells.get(model)),
+        "steps_per_round": int(run.records["steps"].iloc[0]),
+        "run_wall_s": wall,
+        "machine_busy_cores": (busy1 - busy0) / (all1 - all0) * (os.cpu_count() or 1) if all1 > all0 else float("nan"),
+        "loadavg_1min": os.getloadavg()[0],
+        "devices_cores_used": use.get("cpu_ns", 0) / 1e9 / wall / done["devices"],
+        "throttled_share": use.get("nr_throttled", 0) / max(1, use.get("nr_periods", 0)),
+        "memory_peak_mb": use.get("memory_peak_bytes", 0) / 2**20,
+    }
+
+
+def _progress(row: dict[str, Any]) -> str:
+    return (
+        f"{row['devices']:>2} x {row['cores']:g} cores, {row['model']}: measured {row['measured_s']:.3f} s/round, "
+        f"emulated {row['emulated_s']:.3f} ({row['error']:+.1%}); load {row['loadavg_1min']:.1f}"
+    )
+
+
+# ------------------------------------------------------------------ main ----
+
+
+class _LoadSampler(threading.Thread):
+    """The 1-minute load average every ``every_s`` seconds while the benchmark runs."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.every_s, self.samples, self.stop = every_s, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            self.samples.append(os.getloadavg()[0])
+
+
+def run_benchmark(
+    *, points: list[tuple[int, float]], repeats: int, seconds: float, given: dict[float, Path] | None = None
+) -> dict[str, Any]:
+    """Calibrate a board per quota (unless ``given``), then each quota's block of runs, with the machine's load."""
+    shaped_hosts.check_machine()
+    device_cgroups.check_machine(device_cgroups.DeviceLimits(cpus=0.1, memory_mb=MEMORY_MB))
+    host = host_info()
+    sampler = _LoadSampler()
+    sampler.start()
+    t0 = time.perf_counter()
+    boards, rows = {}, []
+    for cores in sorted({c for _, c in points}, reverse=True):
+        devices = sorted(n for n, c in points if c == cores)
+        boards[cores], block = run_block(
+            cores, devices, repeats=repeats, seconds=seconds, given=(given or {}).get(cores)
+        )
+        rows += block
+    sampler.stop.set()
+    host["loadavg_end"] = list(os.getloadavg())
+    host["load_1min_during"] = {
+        "min": min(sampler.samples, default=float("nan")),
+        "median": statistics.median(sampler.samples) if sampler.samples else float("nan"),
+        "max": max(sampler.samples, default=float("nan")),
+    }
+    host["benchmark_wall_s"] = time.perf_counter() - t0
+    return {
+        "config": {
+            "points": [list(p) for p in points],
+            "models": list(MODELS),
+            "repeats": repeats,
+            "rounds_per_run": ROUNDS,
+            "batch_size": BATCH_SIZE,
+            "steps_per_round_at_0.2_cores": STEPS_AT_FIFTH,
+            "memory_mb": MEMORY_MB,
+            "cpu_shares": SHARES,
+            "link_mbit": LINK_MBIT,
+            "latency_ms": LATENCY_MS,
+            "calibration_seconds": seconds,
+            "clock_topology": CLOCK.describe(),
+            "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
+        },
+        "host": host,
+        "boards": {str(k): v for k, v in boards.items()},
+        "runs": rows,
+        "summary": summarize(rows),
+    }
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The headline table, and the one that splits each error into its pieces."""
+    c, h = results["config"], results["host"]
+    load = h["load_1min_during"]
+    lines = [
+        "# The emulated clock against limited hosts",
+        "",
+        f"LeNet on MNIST, batch {c['batch_size']}, {c['rounds_per_run']} synchronous rounds per run (one pass over "
+        f"each device's data: {c['steps_per_round_at_0.2_cores']} steps at 0.2 cores, scaled to the quota), medians of "
+        f"{c['repeats']} interleaved repeats. Each device a shaped host: {c['link_mbit']:g} Mbit/s link (tc tbf, both "
+        f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
+        f"Emulated: the board calibrated inside a cgroup of the same quota, composed by `timeline.compose` "
+        f"({c['clock_topology']}). Host: {h.get('cpu_count')} CPUs, 1-minute load during the benchmark "
+        f"{load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}); {h['benchmark_wall_s'] / 60:.0f} min.",
+        "",
+        "| devices | cores each | cores in all | model | measured s/round | emulated s/round | error | "
+        "errors over repeats | within 10% |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["summary"]:
+        lines.append(
+            f"| {s['devices']} | {s['cores']:g} | {s['cores_in_all']:g} | {s['model']} | {s['measured_s']:.3f} | "
+            f"{s['emulated_s']:.3f} | "
+            f"{s['error']:+.1%} | {s['error_min']:+.1%} .. {s['error_max']:+.1%} | "
+            f"{'yes' if s['within_target'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "Where the difference is (seconds per round, medians):",
+        "",
+        "| devices | cores | model | device compute (measured) | device model | rest of round (measured) | "
+        "link (clock) | server | clock with the board's own timed step | its error | cores used per device | "
+        "throttled periods | machine busy cores |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["summary"]:
+        lines.append(
+            f"| {s['devices']} | {s['cores']:g} | {s['model']} | {s['device_compute_s']:.3f} | "
+            f"{s['model_compute_s']:.3f} | {s['measured_rest_s']:.3f} | {s['emulated_comm_s']:.3f} | "
+            f"{s['server_s']:.3f} | {s.get('emulated_cell_s', float('nan')):.3f} | "
+            f"{s.get('error_cell', float('nan')):+.1%} | {s['devices_cores_used']:.3f} | "
+            f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} |"
+        )
+    boards = results["boards"]
+    lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
+    for cores, doc in sorted(boards.items()):
+        p, fit = doc["profile"], doc["measurements"]["fit"]
+        cells = ", ".join(
+            f"{x['model']}/{x['batch_size']} {1e3 * x['step_s']:.2f} ms" for x in doc["measurements"]["cells"]
+        )
+        lines.append(
+            f"- {cores} cores (`{p['name']}`): {1e3 * p['step_s']:.2f} ms per step + {p['flops_per_s'] / 1e9:.2f} "
+            f"GFLOP/s, fit residual {fit['relative_rms_residual']:.0%} RMS; cells {cells}; an idle host's own "
+            f"processes used {doc['idle_host_cores']:.3f} cores"
+        )
+    lines += [
+        "",
+        "Measured = each round's wall time at the client (`round_wall_s`: weights out, training, updates back, the "
+        "server's averaging); device compute = the slowest device's wall inside its task. Emulated = the same "
+        "records through the emulated clock; the board's own timed step replaces the two-term fit in the diagnostic "
+        "clock. Throttled periods: CFS periods in which a device's group used up its quota.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--points",
+        nargs="+",
+        default=[f"{n}:{c:g}" for n, c in POINTS],
+        help="devices:cores-each points (default %(default)s); at most the machine's cores in all is advisable",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration (default 3)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="calibration window length (default 4)")
+    parser.add_argument(
+        "--board",
+        action="append",
+        default=[],
+        metavar="CORES=FILE",
+        help="use this board (written by an earlier calibration at that quota) instead of calibrating; may repeat",
+    )
+    parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
+    args = parser.parse_args(argv)
+    try:
+        points = [(int(n), float(c)) for n, c in (p.split(":") for p in args.points)]
+    except ValueError:
+        parser.error(f"--points takes devices:cores pairs such as 5:0.2, not {args.points}")
+    if args.repeats < 1 or not args.seconds > 0:
+        parser.error("--repeats must be >= 1 and --seconds > 0")
+    given = {float(c): Path(f) for c, f in (b.split("=", 1) for b in args.board)}
+    results = run_benchmark(points=points, repeats=args.repeats, seconds=args.seconds, given=given)
+    folder = args.out_dir or reports_dir() / "benchmarks"
+    md = render_markdown(results)
+    atomic_write_text(folder / "limited_hosts.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write_text(folder / "limited_hosts.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

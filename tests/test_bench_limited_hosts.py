@@ -1,0 +1,111 @@
+"""The limited-hosts benchmark's arithmetic: measured rounds against the emulated clock of the same records."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from edgelab.emulation.profiles import PROFILES, DeviceProfile
+from edgelab.models.costs import training_flops_per_sample
+
+
+@pytest.fixture(scope="module")
+def bench():  # type: ignore[no-untyped-def]
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    saved = dict(os.environ)  # the benchmark caps TensorFlow's threads on import, for its own process
+    sys.path.insert(0, benchmarks)
+    try:
+        import bench_limited_hosts
+
+        yield bench_limited_hosts
+    finally:
+        sys.path.remove(benchmarks)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture
+def board(monkeypatch: pytest.MonkeyPatch) -> DeviceProfile:
+    """A board of 1 ms a step and 1 GFLOP/s behind a 1 MB/s link with no latency, registered as calibrate does."""
+    profile = DeviceProfile(
+        name="benchboard",
+        cores=1,
+        clock_ghz=None,
+        memory_mb=1024,
+        os_reserve_mb=0,
+        link_mbps=8.0,
+        latency_s=0.0,
+        reference_gflops=1.0,
+        reference_note="test",
+        framework_mb=600,
+        framework_note="test",
+        step_s=0.001,
+        flops_per_s=1e9,
+        measured_on="test",
+    )
+    monkeypatch.setitem(PROFILES, profile.name, profile)
+    return profile
+
+
+def _run(records: pd.DataFrame):  # type: ignore[no-untyped-def]
+    from edgelab.training.data_parallel import TrainConfig, TrainRun
+
+    cfg = TrainConfig(model="mlp", n_devices=2)
+    return TrainRun(cfg, records, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+
+
+def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_over_its_own_link(
+    bench, board: DeviceProfile
+) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: two rounds of two devices, 100 steps of 64 samples each; device 1 pulls 2 MB and pushes 1 MB
+    flops = training_flops_per_sample("mlp")
+    records = pd.DataFrame(
+        {
+            "round": [0, 0, 1, 1],
+            "epoch": [0, 0, 1, 1],
+            "device": ["b-0", "b-1", "b-0", "b-1"],
+            "device_index": [0, 1, 0, 1],
+            "steps": [100] * 4,
+            "samples": [6400] * 4,
+            "cpu_s": [1.0] * 4,
+            "wall_s": [2.0, 2.5, 2.0, 2.5],
+            "bytes_received": [1_000_000, 2_000_000, 1_000_000, 2_000_000],
+            "bytes_sent": [1_000_000] * 4,
+            "round_wall_s": [4.0, 4.0, 6.0, 6.0],
+            "server_s": [0.01, 0.01, 0.03, 0.03],
+        }
+    )
+
+    # Execute
+    out = bench.compare(_run(records), board, cell_step_s=0.002)
+
+    # Assert: compute 100 x 1 ms + 6400 x FLOPs / 1 GFLOP/s; device 1 adds 2 s + 1 s of link, device 0 only 2 s
+    compute = 0.1 + 6400 * flops / 1e9
+    assert out["emulated_s"] == pytest.approx(compute + 3.0)
+    assert out["model_compute_s"] == pytest.approx(compute)
+    assert out["emulated_comm_s"] == pytest.approx(3.0)
+    assert out["measured_s"] == pytest.approx(5.0)  # the mean of the rounds' walls
+    assert out["device_compute_s"] == pytest.approx(2.5)  # the slower device
+    assert out["measured_rest_s"] == pytest.approx(2.5)
+    assert out["server_s"] == pytest.approx(0.02)
+    assert out["error"] == pytest.approx((compute + 3.0) / 5.0 - 1)
+    # the diagnostic clock: each step as the board's own timed cell, 2 ms
+    assert out["emulated_cell_s"] == pytest.approx(0.2 + 3.0)
+    assert out["mb_per_device_round"] == pytest.approx(2.5)
+
+
+def test_each_configuration_is_summarized_by_its_medians_and_judged_against_the_target(bench) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        {"devices": 2, "cores": 0.2, "model": "mlp", "repeat": r, "measured_s": m, "emulated_s": 1.0, "error": e}
+        for r, (m, e) in enumerate([(1.0, 0.0), (1.1, -0.09), (0.8, 0.25)])
+    ]
+    rows.append({"devices": 5, "cores": 0.2, "model": "mlp", "repeat": 0, "measured_s": 2.0, "error": -0.5})
+    [two, five] = bench.summarize(rows)
+    assert (two["devices"], two["repeats"], two["measured_s"], two["error"]) == (2, 3, 1.0, 0.0)
+    assert (two["error_min"], two["error_max"], two["within_target"]) == (-0.09, 0.25, True)
+    assert two["cores_in_all"] == pytest.approx(0.4)
+    assert five["within_target"] is False and "emulated_s" not in five  # a column it lacks is left out
