@@ -153,3 +153,18 @@ def test_calibrate_measures_this_host_and_its_profile_trains_on_a_cluster(tmp_pa
         assert result.board_s > float(model.compute_s("mlp", 2, 128))
     finally:
         PROFILES.pop("thishost", None)
+
+
+def test_a_round_of_several_local_epochs_pays_every_epoch_s_steps() -> None:
+    import pandas as pd
+
+    model = device_model.DeviceModel("board_d", step_s=0.01, flops_per_s=1e9)
+    one = pd.DataFrame({"steps": [10, 10], "samples": [640, 1280]})
+    two = one.assign(local_epochs=[1, 2])
+    flops = training_flops_per_sample("mlp")
+    assert model.records_compute_s(one, "mlp").tolist() == pytest.approx(
+        [0.1 + 640 * flops / 1e9, 0.1 + 1280 * flops / 1e9]
+    )
+    assert model.records_compute_s(two, "mlp").tolist() == pytest.approx(
+        [0.1 + 640 * flops / 1e9, 0.2 + 1280 * flops / 1e9]
+    )

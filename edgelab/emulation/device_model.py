@@ -86,8 +86,16 @@ class DeviceModel:
         return np.asarray(steps, dtype=float) * self.step_s + flops / self.flops_per_s
 
     def records_compute_s(self, records: Any, model: str) -> np.ndarray:
-        """Device seconds of each row of a run's records (``steps`` and ``samples`` columns)."""
-        return np.asarray(self.compute_s(model, records["steps"], records["samples"]), dtype=float)
+        """Device seconds of each row of a run's records (``steps`` and ``samples`` columns).
+
+        A round of several local epochs (FedAvg's E) records one epoch's
+        ``steps`` and every epoch's ``samples``: its ``local_epochs`` column
+        multiplies the steps.
+        """
+        steps = np.asarray(records["steps"], dtype=float)
+        if "local_epochs" in records:
+            steps = steps * np.asarray(records["local_epochs"], dtype=float)
+        return np.asarray(self.compute_s(model, steps, records["samples"]), dtype=float)
 
     def describe(self) -> str:
         """One line for reports."""
