@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from edgelab.common.results import atomic_write_text, make_readable
+from edgelab.common.results import atomic_write_text
+from edgelab.report.style import save_png
 
 FULL_PROFILE_DIR = "full-profile"
 CSV_NAME = "fidelity.csv"
@@ -345,22 +344,8 @@ def plot(rows: pd.DataFrame, path: Path) -> Path:
         Line2D([], [], color="grey", linestyle=":", label="±25%"),
     ]
     ax.legend(handles=handles, loc="upper left", fontsize="small")
-    _save(fig, path)
+    save_png(fig, path)
     return path
-
-
-def _save(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        make_readable(tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        plt.close(fig)
 
 
 def write(root: Path) -> Fidelity:

@@ -32,10 +32,15 @@ def apply_style() -> None:
 
 def save_figure(fig: Any, item_id: str, *, root: Path | None = None) -> Path:
     """Write ``fig`` to ``reports/<doc>/<item>.png`` atomically and close it."""
-    import matplotlib.pyplot as plt
-
     path = item_path(item_id, "png", root)
     path.parent.mkdir(parents=True, exist_ok=True)
+    return save_png(fig, path)
+
+
+def save_png(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` atomically (a reader sees the old image or the new one), readable, and close it."""
+    import matplotlib.pyplot as plt
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
