@@ -355,7 +355,7 @@ def test_a_finished_run_leaves_nothing_on_the_scheduler_without_waiting_for_the_
 
 # Run in a fresh interpreter: this test process may have started a fork server already.
 _LAUNCHER_SCRIPT = """
-import json, os, sys
+import json, os, sys, time
 import psutil
 from edgelab.cluster.device_cluster import start_device_launcher
 from edgelab.runtime.devices import connect
@@ -365,7 +365,12 @@ def main():
     start_device_launcher("tcp://pi-master:8786")
     children_attached = len(me.children())
     start_device_launcher()
-    launchers = [p.pid for p in me.children() if "forkserver" in " ".join(p.cmdline())]
+    # The fork server is started, not yet exec'd, when the call returns: until it is, its command line is ours.
+    deadline = time.monotonic() + 30
+    while not (launchers := [p.pid for p in me.children() if "forkserver" in " ".join(p.cmdline())]):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     cluster = connect(2, dashboard_address="127.0.0.1:0")
     try:
         parents = sorted(cluster.client.run(os.getppid).values())
