@@ -28,6 +28,11 @@ from edgelab.sync.local_sgd import PERIOD_RULES
 WORKER_DATA = ("shard", "full")
 PARTITIONS = ("iid", "label")
 SYNC_EVERY = ("batch", "epoch")
+#: Where a run's devices live: ``"process"``, each device a worker process of its own (kills, memory
+#: limits and shaped links act on it alone); ``"virtual"``, many devices per worker process, spread
+#: round-robin over the cluster's workers (``edgelab.runtime.virtual_host``), so that a run may have far
+#: more devices than the cluster has workers.
+HOSTINGS = ("process", "virtual")
 #: The phases of a data-parallel run, in order; kills (edgelab.cluster.faults) are placed by them.
 PHASES = ("load", "monitor_start", "broadcast", "train", "gather", "aggregate", "evaluate", "monitor_stop")
 
@@ -44,6 +49,7 @@ _LEFT_OUT_AT = {
     "late": "drop",
     "slowdown": (),
     "gossip_topology": "ring",
+    "hosting": "process",
 }
 
 
@@ -109,6 +115,12 @@ class TrainConfig:
         when synchronous), besides after each epoch; None: after each epoch only.
     eval_limit
         Test samples those in-epoch evaluations use (the first ones); None: all.
+    hosting
+        ``HOSTINGS``: a worker process per device, or ``"virtual"``: each of
+        the cluster's workers hosts its share of the devices, trained in turn
+        (synchronous strategies through the server). Changes the host's wall
+        time and memory, not the result (to float rounding: each worker sums
+        its devices' deltas before the server does).
     memory_budget_mb
         Working set a device may use above its framework's own footprint; a
         step that needs more ends the run with ``DeviceMemoryError`` (the
@@ -140,6 +152,7 @@ class TrainConfig:
     late: str = "drop"
     slowdown: tuple[float, ...] = ()
     gossip_topology: str = "ring"
+    hosting: str = "process"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str | UserModel):
@@ -159,6 +172,7 @@ class TrainConfig:
         self._check_stragglers()
         self.compression  # noqa: B018 - validates the compressor's name and level now
         self._check_gossip()
+        self._check_hosting()
         if self.memory_budget_mb is not None and not self.memory_budget_mb > 0:
             raise ConfigError("memory_budget_mb", self.memory_budget_mb, "None or a number of MB > 0")
         self.spec  # noqa: B018 - validates learning_rate and weight_decay now, not on a worker
@@ -227,6 +241,16 @@ class TrainConfig:
             raise ConfigError("momentum", self.momentum, "0 under strategy='gossip' (no server keeps a velocity)")
         if self.compressor != "none":
             raise ConfigError("compressor", self.compressor, "'none' under strategy='gossip' (weights go whole)")
+
+    def _check_hosting(self) -> None:
+        checks.choice("hosting", self.hosting, HOSTINGS)
+        if self.hosting == "virtual" and self.strategy in ("ps_async", "gossip"):
+            raise ConfigError(
+                "hosting",
+                self.hosting,
+                f"'process' under strategy={self.strategy!r} (virtual devices take synchronous rounds through the "
+                "server: ps_sync or end_average)",
+            )
 
     @property
     def spec(self) -> ModelSpec:

@@ -50,7 +50,7 @@ from edgelab.models.builtin import ModelSpec
 from edgelab.models.user import UserModel, check_data
 from edgelab.peer.allreduce import Ring
 from edgelab.peer.gossip import GossipRing
-from edgelab.runtime import round_wire
+from edgelab.runtime import round_wire, virtual_host
 from edgelab.runtime import tasks as runtime
 from edgelab.runtime.fleet import TRANSPORTS, Faults, Fleet, fault_options
 from edgelab.sync import DeviceUpdate, ParameterServerAsync, ParameterServerSync, build_strategy, fused
@@ -59,6 +59,7 @@ from edgelab.sync.deadline import Deadline, arrival_s, build_deadline
 from edgelab.sync.local_sgd import SyncPeriod
 from edgelab.sync.topology import build_topology
 from edgelab.training.config import (
+    HOSTINGS,
     PARTITIONS,
     PHASES,
     SYNC_EVERY,
@@ -74,6 +75,7 @@ from edgelab.training.config import (
 from edgelab.training.result import RunResult, result_of
 
 __all__ = [
+    "HOSTINGS",
     "PARTITIONS",
     "PHASES",
     "SYNC_EVERY",
@@ -186,6 +188,10 @@ def train(
     device runs again from a surviving device's copy, and a run whose devices
     are all lost at once raises ``WorkerLostError``; ``"tree"`` is the same
     with the deltas reduced up a binomial tree and the step broadcast down it.
+    Under ``cfg.hosting="virtual"`` ``cfg.n_devices`` may exceed the
+    cluster's workers: each worker hosts its share of the devices, a round is
+    one call per worker (``transport="direct"``), and a worker lost is
+    brought back with all its devices (kills name workers).
     ``strategy="gossip"`` runs on ``"allreduce"`` only: each device averages
     its own weights with its neighbours' (``edgelab.peer.gossip``), evaluations and
     ``TrainRun.weights`` are the devices' mean, and a lost device is brought
@@ -193,6 +199,7 @@ def train(
     """
     kills, restart_wait_s = fault_options("train", faults)
     strategy = _strategy_for(cfg, transport)
+    hosts = _hosts(cfg, cluster, transport)
     compressor = cfg.compression
     # With a memory budget the device measures each step against it; the estimate is only informative then.
     check(
@@ -201,8 +208,6 @@ def train(
         profile=cluster.profile,
         memory="raise" if cfg.memory_budget_mb is None else "estimate",
     )
-    if cfg.n_devices > len(cluster.devices):
-        raise ConfigError("n_devices", cfg.n_devices, f"at most the {len(cluster.devices)} devices of this cluster")
     schedule = kill_schedule(kills, cfg, dataset.n_train)
     handed_over = _handed_over(cfg, dataset)
     if transport not in _PEER_TO_PEER and compressor is None:
@@ -212,7 +217,8 @@ def train(
         cluster=cluster,
         dataset=dataset,
         cfg=cfg,
-        devices=cluster.devices[: cfg.n_devices],
+        devices=list(hosts) if hosts else cluster.devices[: cfg.n_devices],
+        hosts=hosts,
         strategy=strategy,
         transport=transport,
         compressor=compressor,
@@ -223,10 +229,10 @@ def train(
         handed_over=handed_over,
         monitor_interval_s=monitor_interval_s,
     )
-    need = _memory_need(cluster, setup.devices[0], cfg)
+    need = _memory_need(cluster, setup.workers[0], cfg)
     run = _Run(setup, t_start)
     run.fleet = Fleet.for_cluster(
-        cluster, setup.devices, run.prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log
+        cluster, setup.workers, run.prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log
     )
     return run.execute(need, device_model, topology)
 
@@ -258,6 +264,23 @@ def _strategy_for(cfg: TrainConfig, transport: str) -> Any:
             "transport", transport, f"dense updates (a tree sums its deltas; got compressor={cfg.compressor!r})"
         )
     return strategy
+
+
+def _hosts(cfg: TrainConfig, cluster: DeviceCluster, transport: str) -> dict[str, str]:
+    """Under ``hosting="virtual"`` each device's worker, by device name (round-robin); {} for a process per device."""
+    if cfg.hosting == "process":
+        if cfg.n_devices > len(cluster.devices):
+            raise ConfigError(
+                "n_devices",
+                cfg.n_devices,
+                f"at most the {len(cluster.devices)} devices of this cluster (or hosting='virtual': many per worker)",
+            )
+        return {}
+    if transport != "direct":
+        raise ConfigError("transport", transport, "'direct' under hosting='virtual' (one call per worker a round)")
+    width = len(str(cfg.n_devices - 1))
+    workers = cluster.devices
+    return {f"vdev-{i:0{width}d}": workers[i % len(workers)] for i in range(cfg.n_devices)}
 
 
 def _handed_over(cfg: TrainConfig, dataset: Dataset) -> Any:
@@ -294,6 +317,7 @@ class _Setup:
     dataset: Dataset
     cfg: TrainConfig
     devices: list[str]
+    hosts: dict[str, str]  # each device's worker under virtual hosting; {}: each device is its own worker
     strategy: Any
     transport: str
     compressor: Any  # the devices' compressor, None when updates go whole
@@ -307,6 +331,11 @@ class _Setup:
     def spec(self) -> ModelSpec:
         """The model every device builds."""
         return self.cfg.spec
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker processes the run uses: one per device, or the hosts of its virtual devices."""
+        return list(dict.fromkeys(self.hosts.values())) if self.hosts else self.devices
 
     @property
     def per_batch(self) -> bool:
@@ -337,6 +366,9 @@ class _Run:
     def prepare(self, todo: list[str]) -> None:
         """Load each device's shard and warm its model, then start its monitor."""
         s, fleet = self.setup, self.fleet
+        if s.hosts:
+            self.prepare_hosts(todo)
+            return
         loads = {}
         for device in todo:
             i = s.devices.index(device)
@@ -353,6 +385,34 @@ class _Run:
         fleet.point("monitor_start")
         fleet.run(todo, runtime.start_monitor, s.monitor_interval_s)
 
+    def prepare_hosts(self, todo: list[str]) -> None:
+        """Load the shards of every virtual device ``todo``'s workers host, and warm each worker's model once.
+
+        A host's own resource monitor is not started: its samples would belong to all its devices at once.
+        """
+        s, fleet = self.setup, self.fleet
+        per_round = s.cfg.sync_period if s.per_batch else max(s.steps)
+        loads = {}
+        for host in todo:
+            hosted = [i for i, device in enumerate(s.devices) if s.hosts[device] == host]
+            shards = {i: (s.dataset.x_train[s.indices[i]], s.dataset.y_train[s.indices[i]]) for i in hosted}
+            shards_f = fleet.send(host, shards)
+            loads[host] = fleet.submit(
+                host,
+                virtual_host.load_devices,
+                s.run_id,
+                s.spec,
+                shards_f,
+                s.cfg.batch_size,
+                per_round,
+                s.handed_over,
+            )
+        fleet.point("load")
+        fleet.wait(loads)
+        for loaded in fleet.gather(loads).values():
+            for i, record in loaded.items():
+                self.shards.setdefault(s.devices[i], {"device": s.devices[i], **record})
+
     def execute(self, need: dict[str, float], device_model: DeviceModel | None, topology: Topology | None) -> TrainRun:
         """Train from the first device's initial weights to the last evaluation; what the run measured."""
         s = self.setup
@@ -367,13 +427,15 @@ class _Run:
                 weights = self.train_sync(weights, device_model)
             weights = self.held(weights, self.rnd)
             train_wall = time.perf_counter() - self.t_train
-            self.monitor += _stop_monitors(self.fleet, s.devices)
+            self.monitor += _stop_monitors(self.fleet, s.workers)
             finished = True
         finally:
             if not finished:
                 # The run failed: stop what still runs on the devices, without recovering anything.
                 s.cluster.client.run(runtime.stop_monitor, on_error="ignore")
             s.cluster.client.run(runtime.release, s.run_id, on_error="ignore")
+            if s.hosts:
+                s.cluster.client.run(virtual_host.release_devices, s.run_id, on_error="ignore")
         return self.result(weights, train_wall, need, topology)
 
     def initial_weights(self) -> list[np.ndarray]:
@@ -381,7 +443,7 @@ class _Run:
         s, fleet = self.setup, self.fleet
         # Kept as one flat buffer: sent uncopied each round, averaged buffer by buffer (edgelab.common.wire).
         weights = Flat(
-            *pack(fleet.attempt("load", 0, lambda: fleet.call(s.devices[0], runtime.initial_weights, s.spec)))
+            *pack(fleet.attempt("load", 0, lambda: fleet.call(s.workers[0], runtime.initial_weights, s.spec)))
         )
         if s.cfg.strategy == "gossip":
             # No global model: each device keeps its own weights; evaluations read their mean (edgelab.peer.gossip).
@@ -406,7 +468,7 @@ class _Run:
             weights = self.held(weights, updates)
             eval_data = s.dataset.x_test[: s.cfg.eval_limit], s.dataset.y_test[: s.cfg.eval_limit]
             scores = self.fleet.attempt(
-                "evaluate", updates, partial(_evaluate, self.fleet, s.devices[0], s.spec, weights, *eval_data)
+                "evaluate", updates, partial(_evaluate, self.fleet, s.workers[0], s.spec, weights, *eval_data)
             )
             self.progress.append({"updates": updates, "samples_seen": samples, **scores})
 
@@ -415,7 +477,7 @@ class _Run:
         s = self.setup
         t_eval = time.perf_counter()
         weights = self.held(weights, rounds)
-        evaluate = partial(_evaluate, self.fleet, s.devices[0], s.spec, weights, s.dataset.x_test, s.dataset.y_test, at)
+        evaluate = partial(_evaluate, self.fleet, s.workers[0], s.spec, weights, s.dataset.x_test, s.dataset.y_test, at)
         scores = self.fleet.attempt("evaluate", at, evaluate)
         spread = {"consensus_spread": self.ring.spread} if isinstance(self.ring, GossipRing) else {}
         self.evaluations.append(
@@ -435,7 +497,7 @@ class _Run:
         # Each device's task with the run's fields; a round's are copied in (a frozen dataclass's __init__: 9 µs).
         templates = [
             runtime.RoundTask(
-                s.run_id,
+                virtual_host.device_key(s.run_id, i) if s.hosts else s.run_id,
                 s.spec,
                 i,
                 0,
@@ -521,6 +583,8 @@ class _Run:
     ) -> tuple[list[np.ndarray], list[Any], float, float]:
         """A round through the parameter server: the next weights, the results, the round's and the server's seconds."""
         s, fleet, rnd = self.setup, self.fleet, self.rnd
+        if s.hosts:
+            return self.hosted_round(weights, tasks, stragglers)
         # Plain averaging: the server sums each update in as it arrives, while later ones train.
         mean_of = s.strategy.running_mean if s.compressor is None and stragglers is None else None
         round_ = partial(_round, fleet, tasks, weights, s.transport, mean_of, self.book)
@@ -537,6 +601,57 @@ class _Run:
             if stragglers is not None:
                 updates = stragglers.on_time(updates, [r for _, r in results], rnd)
             weights = s.strategy.aggregate(weights, updates) or weights
+        server_s = time.perf_counter() - t_agg
+        return weights, results, attempt_s + server_s, server_s
+
+    def hosted_round(
+        self, weights: list[np.ndarray], tasks: dict[str, runtime.RoundTask], stragglers: _Stragglers | None
+    ) -> tuple[list[np.ndarray], list[Any], float, float]:
+        """``server_round`` with virtual devices: one call per worker, which trains the devices it hosts in turn.
+
+        Under a strategy that averages by samples (and no deadline) each worker
+        sends back its devices' mean delta and their samples; the server's mean
+        of those, weighted by samples, is the mean of the devices' deltas.
+        """
+        s, fleet, rnd = self.setup, self.fleet, self.rnd
+        mean = stragglers is None and s.strategy.running_mean(1) is not None
+        by_host: dict[str, list[str]] = {}
+        for device in tasks:
+            by_host.setdefault(s.hosts[device], []).append(device)
+        payload = Packed(weights)
+
+        def round_() -> dict[str, Any]:
+            fleet.point("broadcast", rnd)
+            fleet.point("train", rnd)
+            calls = {
+                host: (virtual_host.train_devices, [tasks[d] for d in devices], payload, mean)
+                for host, devices in by_host.items()
+            }
+            replies = fleet.call_all(calls, after_send=self.book)
+            fleet.point("gather", rnd)
+            return replies
+
+        replies = fleet.attempt("broadcast", rnd, round_)
+        attempt_s = fleet.last_attempt_s
+        fleet.point("aggregate", rnd)
+        t_agg = time.perf_counter()
+        results: list[Any] = []
+        # In the calls' order, whatever order the replies came in: the server's sums are the same each run.
+        replies = {host: replies[host] for host in by_host}
+        for host, (updates, records) in replies.items():
+            for device, record in zip(by_host[host], records, strict=True):
+                record["device"] = device
+            results += [(None, r) for r in records] if mean else list(zip(updates, records, strict=True))
+        if mean:
+            partials = [DeviceUpdate(host, u[0], u[1]) for host, (u, _) in replies.items() if u is not None]
+            weights = s.strategy.aggregate(weights, partials) or weights
+        else:
+            device_updates = [
+                DeviceUpdate(r["device"], _decoded(delta, s.compressor), r["samples"]) for delta, r in results
+            ]
+            if stragglers is not None:
+                device_updates = stragglers.on_time(device_updates, [r for _, r in results], rnd)
+            weights = s.strategy.aggregate(weights, device_updates) or weights
         server_s = time.perf_counter() - t_agg
         return weights, results, attempt_s + server_s, server_s
 
@@ -557,6 +672,11 @@ class _Run:
                 "total_wall_s": time.perf_counter() - self.t_start,
                 "first_round_end_s": self.first_round_end_s,
                 "transport": s.transport,
+                "hosting": (
+                    f"virtual: {len(s.devices)} devices on {len(s.workers)} worker processes"
+                    if s.hosts
+                    else "process: one worker process per device"
+                ),
             },
             recoveries=pd.DataFrame(fleet.recoveries, columns=RECOVERY_COLUMNS),
             kills=pd.DataFrame(fleet.kills_fired, columns=KILL_COLUMNS),
