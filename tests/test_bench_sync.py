@@ -346,3 +346,37 @@ def test_the_stages_summary_puts_edgelabs_own_code_beside_the_target(bench_sync)
     assert row["overhead_without_own_ms"] == pytest.approx(8.0 - own)
     assert row["target_ms"] == pytest.approx(1.5)
     assert "Where the direct transport's round goes" in bench_sync.render_markdown(_results_with(part, bench_sync))
+
+
+def test_the_peer_tables_show_steady_state_set_up_and_the_batch_each_side_saw(bench_sync) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: part B and part C results as the benchmark stores them (two repeats each, hand-made)
+    b: dict = {"steps": 1000, "scheduling": "normal", "best_transport": "direct", "ratio": 2.0}
+    for side, rate, setup, batch in (
+        ("direct", 400.0, 10.0, [64]),
+        ("allreduce", 300.0, 12.0, [64]),
+        ("mwms", 200.0, 20.0, [64]),
+    ):
+        b[side] = [{"steps_per_s": rate, "with_setup_s": setup, "batch_seen": batch}] * 2
+        b[f"{side}_steps_per_s"], b[f"{side}_with_setup_s"] = rate, setup
+        b[f"{side}_ratio"], b[f"{side}_setup_ratio"] = rate / 200.0, 20.0 / setup
+        b[f"{side}_paired_ratios"] = [rate / 200.0] * 2
+    c: dict = {"clients": 10, "samples": 19200, "rounds": 5, "rounds_ratio": 2.2, "fit_rounds_ratio": 2.6}
+    c["startup_ratio"] = 3.0
+    for side in bench_sync.FEDAVG_SIDES:
+        c[side] = [{}, {}]
+        for key in ("later_round_s", "round1_s", "to_round1_end_s", "accuracy"):
+            c[f"{side}_{key}"] = 0.5
+    results = _results_with({"cells": [], "bare": []}, bench_sync) | {"mwms": b, "fedavg": c}
+
+    # Execute
+    markdown = bench_sync.render_markdown(results)
+
+    # Assert: both ratios, both clocks, the batch each side saw, and both Flower clients
+    assert "| edgelab, parameter server (transport direct) | 400.0 | 2.50 | 2.00 | 10.0 | 2.00 | [64] |" in markdown
+    assert (
+        "| MultiWorkerMirroredStrategy (ring all-reduce, 2 processes) | 200.0 | 5.00 | 1.00 | 20.0 | 1.00 | [64] |"
+        in markdown
+    )
+    assert "both under the kernel's default scheduling policy" in markdown
+    assert "Flower, compiled-loop client" in markdown and "Flower, fit client" in markdown
+    assert "against Flower's Keras fit client 2.60" in markdown

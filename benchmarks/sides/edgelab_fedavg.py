@@ -9,7 +9,9 @@ averaging. Run in its own process, so its start-up pays for what Flower's does
 Prints one JSON line: seconds from the start of this process to the end of
 round 1, each round's wall time (``TrainRun.records["round_wall_s"]``, the
 evaluation after each epoch left out, as Flower's rounds have none), and
-writes the final weights to ``--out``.
+writes the final weights to ``--out``. ``--hosting virtual --workers 2``: the
+devices many to a worker process, two processes (one per core), as Flower's
+clients share its two actors.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def main(argv: list[str] | None = None) -> None:
     """Start the cluster, run the federated rounds, print the times as one JSON line."""
     parser = fedavg_parser(__doc__)
     parser.add_argument("--transport", default="direct")
+    parser.add_argument("--hosting", default="process", help="process: a worker per device; virtual: many per worker")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per client)")
     args = parser.parse_args(argv)
+    workers = args.workers or args.clients
 
     import numpy as np
 
@@ -48,9 +53,10 @@ def main(argv: list[str] | None = None) -> None:
         worker_data="shard",
         learning_rate=args.learning_rate,
         seed=args.seed,
+        hosting=args.hosting,
     )
     t_connect = time.perf_counter()
-    with connect(args.clients, dashboard_address="127.0.0.1:0") as cluster:
+    with connect(workers, dashboard_address="127.0.0.1:0") as cluster:
         connected = time.perf_counter()
         run = train(cluster, data, cfg, transport=args.transport, log=lambda _: None)
     rounds = run.records.groupby("round")["round_wall_s"].first().tolist()
@@ -64,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
                 "round_s": rounds,
                 "clients": args.clients,
                 "transport": args.transport,
+                "hosting": run.host["hosting"],
                 "out": args.out,
             }
         ),

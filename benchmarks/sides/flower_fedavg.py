@@ -11,7 +11,10 @@ edgelab's devices have.
 Prints one JSON line: seconds from the start of this process to the start and
 the end of round 1, every round's wall time (from the strategy sending the
 round's messages to its aggregation), and writes the final weights to ``--out``.
-Needs ``flwr[simulation]`` (``pip install -e '.[bench]'``).
+``--client-loop compiled`` trains each round in the one compiled loop
+edgelab's devices run (``edgelab.runtime.steps.train_steps``, the same
+seeded batch order), not Keras ``fit``. Needs ``flwr[simulation]``
+(``pip install -e '.[bench]'``).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def _cache() -> Any:
     cache = sys.modules.get("_edgelab_flower_client")
     if cache is None:
         cache = sys.modules["_edgelab_flower_client"] = types.ModuleType("_edgelab_flower_client")
-        cache.shards, cache.model = {}, None
+        cache.shards, cache.raw, cache.model, cache.split = {}, {}, None, None
     return cache
 
 
@@ -57,16 +60,21 @@ def _settings() -> dict[str, Any]:
 
 def _client_data(partition: int) -> tuple[Any, Any]:
     """The shard of client ``partition``, edgelab's device of that index gets it (cached per process)."""
-    shards = _cache().shards
+    cache = _cache()
+    shards = cache.shards
     if partition not in shards:
         from edgelab.data import load_dataset
         from edgelab.data import partition as split
         from edgelab.models.builtin import prepare_images
 
         s = _settings()
-        data = load_dataset("mnist", sample_limit=s["samples"], test_limit=100)
-        indices = split(data.y_train, s["clients"], scheme="iid", seed=s["seed"])[partition]
+        if cache.split is None:  # the digits and their split, once per process (not once per client)
+            data = load_dataset("mnist", sample_limit=s["samples"], test_limit=100)
+            cache.split = data, split(data.y_train, s["clients"], scheme="iid", seed=s["seed"])
+        data, parts = cache.split
+        indices = parts[partition]
         shards[partition] = prepare_images("mlp", data.x_train[indices]), data.y_train[indices]
+        _cache().raw[partition] = data.x_train[indices], data.y_train[indices].astype("int64")
     return shards[partition]  # type: ignore[no-any-return]
 
 
@@ -80,6 +88,26 @@ def _model() -> Any:
     return cache.model
 
 
+def _compiled_epoch(model: Any, partition: int, server_round: int, weights: list[Any]) -> list[Any]:
+    """One local epoch in one compiled loop, the very code and batch order edgelab's device ``partition`` runs.
+
+    ``edgelab.runtime.steps.train_steps`` over the device's seeded order of its
+    shard in epoch ``server_round - 1``: the client trains what edgelab's device
+    of the same index trains, so both sides' weights agree (to the rounding of
+    the server's mean) and the comparison is of the frameworks alone.
+    """
+    import math
+
+    from edgelab.runtime.steps import Shard, train_steps
+
+    cache, s = _cache(), _settings()
+    raw = cache.raw[partition]
+    shard = Shard(x=raw[0], y=raw[1], channel_axis=False)
+    order = shard.order(s["seed"], partition, server_round - 1)
+    delta, _ = train_steps(model, shard, weights, order, math.ceil(len(order) / s["batch"]), s["batch"])
+    return [w + d for w, d in zip(weights, delta.arrays, strict=True)]
+
+
 def _apps() -> tuple[Any, Any, list[float], list[float]]:
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
@@ -90,13 +118,17 @@ def _apps() -> tuple[Any, Any, list[float], list[float]]:
 
     @client.train()
     def train(msg: Message, context: Context) -> Message:
-        x, y = _client_data(int(context.node_config["partition-id"]))
+        partition = int(context.node_config["partition-id"])
+        x, y = _client_data(partition)
         model = _model()
-        model.set_weights(msg.content["arrays"].to_numpy_ndarrays())
-        model.fit(x, y, epochs=1, batch_size=_settings()["batch"], shuffle=False, verbose=0)
-        content = RecordDict(
-            {"arrays": ArrayRecord(model.get_weights()), "metrics": MetricRecord({"num-examples": len(y)})}
-        )
+        weights = msg.content["arrays"].to_numpy_ndarrays()
+        if _settings()["client_loop"] == "compiled":
+            trained = _compiled_epoch(model, partition, int(msg.content["config"]["server-round"]), weights)
+        else:
+            model.set_weights(weights)
+            model.fit(x, y, epochs=1, batch_size=_settings()["batch"], shuffle=False, verbose=0)
+            trained = model.get_weights()
+        content = RecordDict({"arrays": ArrayRecord(trained), "metrics": MetricRecord({"num-examples": len(y)})})
         return Message(content=content, reply_to=msg)
 
     starts: list[float] = []
@@ -137,6 +169,12 @@ def _apps() -> tuple[Any, Any, list[float], list[float]]:
 def main(argv: list[str] | None = None) -> None:
     """Run the federated rounds; print the times as one JSON line."""
     parser = fedavg_parser(__doc__)
+    parser.add_argument(
+        "--client-loop",
+        choices=["fit", "compiled"],
+        default="fit",
+        help="fit: Keras fit() per round; compiled: the one compiled loop edgelab's devices run",
+    )
     args = parser.parse_args(argv)
     os.environ["EDGELAB_FLOWER_BENCH"] = json.dumps(vars(args))
     from flwr.simulation import run_simulation
@@ -155,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
                 "to_round1_end_s": ends[0] - PROCESS_START,
                 "round_s": [e - s for s, e in zip(starts, ends, strict=True)],
                 "clients": args.clients,
+                "client_loop": args.client_loop,
                 "out": args.out,
             }
         ),
