@@ -250,6 +250,29 @@ def test_the_monitor_reads_each_hosts_own_link_and_it_carries_the_payload(hosts:
 
 @needs_root
 @pytest.mark.integration
+def test_virtual_devices_spread_over_the_hosts_and_train_as_on_one_machine(hosts: sh.ShapedHosts) -> None:
+    import numpy as np
+
+    from edgelab.data import load_dataset
+    from edgelab.runtime.devices import connect
+    from edgelab.training.data_parallel import TrainConfig, train
+
+    dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
+    cfg = TrainConfig(model="mlp", n_devices=8, batch_size=32, sync_every="epoch", epochs=2, hosting="virtual")
+    with connect(2, scheduler_address=hosts.scheduler_address, security=hosts.security()) as cluster:
+        shaped = train(cluster, dataset, cfg, log=lambda _: None)
+        workers = cluster.devices
+    with connect(2, dashboard_address="127.0.0.1:0") as local:
+        embedded = train(local, dataset, cfg, log=lambda _: None)
+    # Four devices on each host, each its own 160 digits, every round.
+    assert shaped.records.groupby("host")["device"].nunique().to_dict() == {w: 4 for w in workers}
+    assert (shaped.records["samples"] == 160).all() and len(shaped.records) == 16
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(shaped.weights, embedded.weights, strict=True))
+    assert gap <= 1e-6  # the same devices, the same batches: only where they ran differs
+
+
+@needs_root
+@pytest.mark.integration
 def test_a_worker_reached_only_through_the_scheduler_can_be_killed_and_its_nanny_brings_it_back(
     hosts: sh.ShapedHosts,
 ) -> None:
