@@ -24,8 +24,12 @@ from edgelab.cluster import device_cgroups as dc
 from edgelab.cluster import shaped_hosts as sh
 from edgelab.common.errors import ClusterError, ConfigError
 
-PREFIX = "elc"  # neither the default "el" nor test_shaped_hosts' "elt": clusters of either are left alone
-SUBNET = "10.217.0.0/24"
+PREFIX = "elc"  # the names the unit tests below make in their own fake cgroup trees
+# What the live tests make (real cgroups, shaped hosts): this run's own, neither the default "el" nor another test
+# run's, so a user's cluster and a second test run at once on this machine are left alone.
+_RUN = os.getpid() % 250
+LIVE = f"ec{_RUN:02x}"
+SUBNET = f"10.217.{_RUN}.0/24"
 REAL = Path("/sys/fs/cgroup")
 
 needs_cgroups = pytest.mark.skipif(
@@ -275,7 +279,7 @@ def test_workers_enter_their_groups_and_the_scheduler_does_not(monkeypatch: pyte
 @pytest.mark.integration
 def test_a_process_over_its_memory_ceiling_is_killed_by_the_kernel() -> None:
     # Prepare: a 64 MiB host
-    groups = dc.make(f"{PREFIX}-memtest", dc.DeviceLimits(memory_mb=64))
+    groups = dc.make(f"{LIVE}-memtest", dc.DeviceLimits(memory_mb=64))
     try:
         # Execute: 32 MiB fits, 256 MiB does not
         grow = "import sys; b = bytearray(int(sys.argv[1]) << 20); b[::4096] = b'x' * len(b[::4096]); print('ok')"
@@ -328,7 +332,7 @@ def test_limited_hosts_run_their_workers_inside_a_quota_and_down_removes_the_gro
         return os.getpid()
 
     # Prepare: two hosts of a fifth of a core and 1 GiB each, weighted so the busy machine lets them have it
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, cpus=0.2, memory_mb=1024, cpu_shares=8192)
+    spec = sh.HostsSpec(devices=2, prefix=LIVE, subnet=SUBNET, cpus=0.2, memory_mb=1024, cpu_shares=8192)
     hosts = sh.up(spec, folder=state)
     try:
         recorded = sh.status(folder=state)
@@ -356,14 +360,14 @@ def test_limited_hosts_run_their_workers_inside_a_quota_and_down_removes_the_gro
     # each worker and its nanny are in their own host's groups, the scheduler in none
     for name in by_name:
         for groups in (workers[name], nannies[name]):
-            assert groups["cpu"] == f"/edgelab/{PREFIX}-{name}"
-            assert groups["memory"].endswith(f"/edgelab/{PREFIX}-{name}")
+            assert groups["cpu"] == f"/edgelab/{LIVE}-{name}"
+            assert groups["memory"].endswith(f"/edgelab/{LIVE}-{name}")
     assert "edgelab" not in scheduler["cpu"] + scheduler["memory"]
-    assert _groups_of(seen)["cpu"] == f"/edgelab/{PREFIX}-pi3b-1"
+    assert _groups_of(seen)["cpu"] == f"/edgelab/{LIVE}-pi3b-1"
     # what the loop got of its quota: a behaviour, not a speed (the machine is shared)
     assert 0.10 <= spent / wall <= 0.35, (spent, wall)
     # down removed every group, and the edgelab folders with them
-    assert sh.leftovers(PREFIX) == []
+    assert sh.leftovers(LIVE) == []
     assert not any(Path(g).exists() for groups in hosts.cgroups.values() for g in groups)
 
 

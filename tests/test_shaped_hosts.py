@@ -24,7 +24,13 @@ from edgelab.cluster import link_relay
 from edgelab.cluster import shaped_hosts as sh
 from edgelab.common.errors import ClusterError, ConfigError
 
-PREFIX = "elt"  # not the default "el": a user's own shaped cluster is left alone
+# This test run's own names and subnet, not the default "el": a user's shaped cluster is left alone, and two test
+# runs at once on one machine (two clones, two CI jobs) do not take each other's bridge. Four characters keep every
+# interface name within Linux's fifteen.
+_RUN = os.getpid() % 250
+PREFIX = f"et{_RUN:02x}"
+SUBNET = f"10.214.{_RUN}.0/24"
+NET = f"10.214.{_RUN}."  # the subnet's addresses: the scheduler is NET + "1"
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"),
@@ -75,7 +81,7 @@ def state() -> Iterator[Path]:
 
 @pytest.fixture
 def hosts(state: Path) -> Iterator[sh.ShapedHosts]:
-    running = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+    running = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET), folder=state)
     try:
         yield running
     finally:
@@ -91,7 +97,7 @@ def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.Shape
         workers = client.scheduler_info()["workers"]
         by_name = {w["name"]: a for a, w in workers.items()}
         assert sorted(by_name) == ["pi3b-0", "pi3b-1"]
-        assert all(a.startswith("tls://10.214.0.") for a in by_name.values())  # TLS by default
+        assert all(a.startswith(f"tls://{NET}") for a in by_name.values())  # TLS by default
         assert workers[by_name["pi3b-0"]]["resources"] == {"device-pi3b-0": 1, "tier-edge": 1}
         size = 8_000_000  # 0.64 s at 100 Mbit/s
         weights = client.submit(np.ones, size, np.uint8, workers=[by_name["pi3b-0"]], pure=False)
@@ -110,10 +116,10 @@ def test_bytes_between_hosts_take_the_time_the_link_rate_implies(hosts: sh.Shape
 @needs_root
 @pytest.mark.integration
 def test_down_leaves_nothing_behind(state: Path) -> None:
-    running = sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+    running = sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet=SUBNET), folder=state)
     assert sorted(sh.leftovers(PREFIX)) == [f"{PREFIX}-pi3b-0", f"{PREFIX}br0", f"{PREFIX}h0"]
     with pytest.raises(ClusterError, match="already up"):
-        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+        sh.up(sh.HostsSpec(devices=1, prefix=PREFIX, subnet=SUBNET), folder=state)
     sh.down(folder=state)
     assert sh.leftovers(PREFIX) == []
     assert not any(sh._alive(pid) for pid in running.pids.values())
@@ -128,7 +134,7 @@ def test_a_failed_up_removes_what_it_built_and_nothing_else(state: Path) -> None
     assert os.system(f"ip netns add {taken}") == 0
     try:
         with pytest.raises(ClusterError, match=rf"`ip netns add {taken}` failed"):
-            sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+            sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET), folder=state)
         assert sh.leftovers(PREFIX) == [taken]  # its own parts gone, the namespace it did not make kept
         assert not (state / sh.STATE_FILE).exists()
     finally:
@@ -182,11 +188,11 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
     from edgelab.cluster.tls import make_certificates
     from edgelab.runtime.devices import connect
 
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=True)
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, tls=True)
     hosts = sh.up(spec, folder=state)
     try:
-        assert hosts.scheduler_address == "tls://10.214.0.1:8786"
-        strangers = make_certificates(tmp_path / "strangers", ["10.214.0.1"])  # a CA of their own
+        assert hosts.scheduler_address == f"tls://{NET}1:8786"
+        strangers = make_certificates(tmp_path / "strangers", [f"{NET}1"])  # a CA of their own
         # A worker holding another CA's certificate tries to join, and gives up after its death timeout.
         rogue = subprocess.run(
             [
@@ -210,7 +216,7 @@ def test_with_tls_only_holders_of_the_clusters_certificates_get_in_and_the_run_g
         assert rogue.returncode != 0
         assert "TLS handshake failed" in (Path(hosts.logs) / "scheduler.log").read_text()
         # Nor can a client without the cluster's certificate, over TLS or plain TCP.
-        for address, security in ((hosts.scheduler_address, strangers.security()), ("tcp://10.214.0.1:8786", None)):
+        for address, security in ((hosts.scheduler_address, strangers.security()), (f"tcp://{NET}1:8786", None)):
             with pytest.raises((OSError, TimeoutError)):
                 Client(address, timeout=3, security=security)
             # Collect the half-made Client now: left to chance, its __del__ can run inside the next Client's
@@ -313,7 +319,7 @@ def test_training_survives_a_scenario_of_cut_slowed_and_restored_links_with_the_
     from edgelab.training.data_parallel import TrainConfig, phase_counts, train
 
     # A TTL below the cut: the scheduler drops the silent device, which must come back and redo its round.
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", worker_ttl_s=10.0)
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, worker_ttl_s=10.0)
     hosts = sh.up(spec, folder=state)
     dataset = load_dataset("mnist", sample_limit=1280, test_limit=64)
     cfg = TrainConfig(model="mlp", n_devices=2)
@@ -378,7 +384,7 @@ def test_the_scheduler_and_the_workers_run_as_the_user_who_ran_sudo(
 
     # Prepare: `sudo` by nobody; root makes the namespaces, whoever reaches the scheduler runs code as nobody at most
     monkeypatch.setenv("SUDO_USER", "nobody")
-    hosts = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24"), folder=state)
+    hosts = sh.up(sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET), folder=state)
     user = pwd.getpwnam(hosts.account)
     assert user.pw_name == "nobody"
 
@@ -492,7 +498,7 @@ def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_dev
 
     # Prepare: a world-writable folder (the devices run as nobody), every device's channel open as a run opens it;
     # the attacker, on the hosts' network, knows where the channels listen but not their keys
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", tls=tls)
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, tls=tls)
     hosts = sh.up(spec, folder=state)
     drop = Path(tempfile.mkdtemp(prefix="edgelab-attack-"))
     drop.chmod(0o777)
@@ -515,7 +521,7 @@ def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_dev
                             pass
 
             # Assert: the devices are other hosts, none created its file, and each counted the refusal
-            assert all(host.startswith("10.214.0.") for host, _, _ in endpoints.values())
+            assert all(host.startswith(NET) for host, _, _ in endpoints.values())
             assert not any(t.exists() for t in targets)
             deadline = time.monotonic() + 10
             while cluster.client.run(_refused) != {w: n + 1 for w, n in before.items()}:
@@ -532,7 +538,7 @@ def test_on_shaped_hosts_a_frame_without_the_channel_key_runs_nothing_on_any_dev
 def test_down_trusts_only_a_state_file_that_only_root_can_write(tmp_path: Path) -> None:
     # Prepare: a state naming a process group and a link that are not the cluster's, left where others write
     victim = os.getpid()
-    state = sh.ShapedHosts(sh.HostsSpec(devices=1, prefix=PREFIX), "tcp://10.214.0.1:8786", f"{PREFIX}br0")
+    state = sh.ShapedHosts(sh.HostsSpec(devices=1, prefix=PREFIX), f"tcp://{NET}1:8786", f"{PREFIX}br0")
     state.pids = {"scheduler": victim}
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
@@ -752,7 +758,7 @@ def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(state
     import subprocess
     import sys
 
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", delay_ms=40.0, loss=0.1, delay_via="relay")
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, delay_ms=40.0, loss=0.1, delay_via="relay")
     hosts = sh.up(spec, folder=state)
     try:
         assert hosts.impairment == "relay"
@@ -830,7 +836,7 @@ def test_shaped_hosts_with_delay_and_loss_answer_late_and_lose_their_share(state
 def test_bytes_through_the_relay_still_take_the_time_the_link_rate_implies(state: Path) -> None:
     from distributed import Client
 
-    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet="10.214.0.0/24", delay_ms=1.0, delay_via="relay")
+    spec = sh.HostsSpec(devices=2, prefix=PREFIX, subnet=SUBNET, delay_ms=1.0, delay_via="relay")
     hosts = sh.up(spec, folder=state)
     try:
         with Client(hosts.scheduler_address, security=hosts.security()) as client:
