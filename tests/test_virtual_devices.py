@@ -49,8 +49,9 @@ def _rows(run: object) -> list[tuple[object, ...]]:
         {"sync_every": "epoch", "epochs": 2},
         {"sync_period": 2, "client_fraction": 0.5, "seed": 4},
         {"compressor": "topk:0.1", "sync_period": 4},
+        {"sync_period": 2, "deadline": "fixed:0.05", "late": "stale", "slowdown": (1.0, 1.0, 4.0)},
     ],
-    ids=["fedavg", "local-sgd-client-fraction", "compressed"],
+    ids=["fedavg", "local-sgd-client-fraction", "compressed", "deadline-stale"],
 )
 def test_virtual_devices_train_as_devices_of_their_own(
     cluster: DeviceCluster, dataset: Dataset, settings: dict[str, object]
@@ -60,6 +61,11 @@ def test_virtual_devices_train_as_devices_of_their_own(
     hosted = train(cluster, dataset, replace(cfg, hosting="virtual"), **QUIET)
     assert _rows(hosted) == _rows(own)
     assert _gap(hosted.weights, own.weights) <= GROUPING_ATOL
+    if cfg.deadline != "none":  # the same updates were late, and applied a round later
+        late = [(r.round, r.device_index, r.applied_round) for r in own.records.itertuples() if r.late]
+        assert late and late == [
+            (r.round, r.device_index, r.applied_round) for r in hosted.records.itertuples() if r.late
+        ]
     assert hosted.host["hosting"] == "virtual: 3 devices on 3 worker processes"
     assert own.host["hosting"].startswith("process")
 
