@@ -8,8 +8,8 @@ commit, the host and its load, and for each headline its value, its target
 and whether it is met. ``edgelab report`` shows the latest record and the
 history on the report page.
 
-    python benchmarks/track.py                  # training, sync, pipeline, pipeline_training: about 30 min here
-    python benchmarks/track.py --quick          # smaller sizes, one repeat: about 8 min
+    python benchmarks/track.py                  # training, sync, pipeline, pipeline_training, scale: about 1 h here
+    python benchmarks/track.py --quick          # smaller sizes, one repeat: about 15 min
     python benchmarks/track.py --only sync --only reproduce
     # reproduce: the smoke reproduction's wall time, on a fresh results store (about 10 min)
     python benchmarks/track.py --saved          # record the JSONs already there, running nothing
@@ -46,8 +46,9 @@ def _args(quick: bool) -> dict[str, list[str]]:
             "sync": ["--repeats", "1", "--rounds", "60", "--samples", "6400"],
             "pipeline": ["--repeats", "1"],
             "pipeline_training": ["--repeats", "1", "--steps", "3"],
+            "scale": ["--devices", "10", "100", "1000", "--repeats", "1", "--rounds", "3"],
         }
-    return {"training": [], "sync": [], "pipeline": [], "pipeline_training": []}
+    return {"training": [], "sync": [], "pipeline": [], "pipeline_training": [], "scale": []}
 
 
 Headline = dict[str, Any]
@@ -112,11 +113,23 @@ def pipeline_training_headlines(result: dict[str, Any]) -> list[Headline]:
     ]
 
 
+def scale_headlines(result: dict[str, Any]) -> list[Headline]:
+    """At each size both ran: Flower's compiled-loop client's s/round over edgelab's virtual devices' (>= 1.0)."""
+    rows = []
+    for row in result.get("summary", []):
+        value = row.get("flower_compiled_over_edgelab")
+        if row["side"] == "edgelab-virtual" and value is not None:
+            name = f"scale/{row['devices']:,} devices: Flower / edgelab s/round"
+            rows.append(_headline(name, value, ">= 1.0", value >= 1.0))
+    return rows
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "training": training_headlines,
     "sync": sync_headlines,
     "pipeline": pipeline_headlines,
     "pipeline_training": pipeline_training_headlines,
+    "scale": scale_headlines,
 }
 BENCHES = (*HEADLINES, "reproduce")
 

@@ -72,6 +72,20 @@ def test_pipelined_training_headline_is_the_worst_configuration_against_its_targ
     assert row["met"] == (worst >= 0.8) and row["target"] == ">= 0.8"
 
 
+def test_the_scale_headline_is_flower_over_edgelab_at_each_size_both_ran(track) -> None:  # type: ignore[no-untyped-def]
+    summary = [
+        {"devices": 10, "side": "edgelab-virtual", "flower_compiled_over_edgelab": 2.5},
+        {"devices": 10, "side": "flower-compiled"},
+        {"devices": 1000, "side": "edgelab-virtual", "flower_compiled_over_edgelab": 0.8},
+        {"devices": 10000, "side": "edgelab-virtual"},  # Flower did not run at this size: no headline
+    ]
+    rows = track.scale_headlines({"summary": summary})
+    assert [(r["name"], r["value"], r["met"]) for r in rows] == [
+        ("scale/10 devices: Flower / edgelab s/round", 2.5, True),
+        ("scale/1,000 devices: Flower / edgelab s/round", 0.8, False),
+    ]
+
+
 def test_saved_results_are_recorded_and_the_page_shows_the_history(track, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # Prepare: the saved results, recorded twice (two runs of the history)
     out = tmp_path / "benchmarks"

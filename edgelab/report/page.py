@@ -126,7 +126,8 @@ def performance(root: Path) -> dict[str, Any]:
     """The benchmarks' history (``benchmarks/history.jsonl``, by ``benchmarks/track.py``), oldest run first.
 
     Returns the runs and, per headline, its values run by run (None where a run did not measure it), and
-    the path of the synchronization benchmark's scaling plot from ``root`` ("" where there is none).
+    the paths from ``root`` of the synchronization benchmark's scaling plot and of the scale benchmark's
+    plot ("" where there is none).
     """
     path = root / "benchmarks" / "history.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
@@ -138,7 +139,9 @@ def performance(root: Path) -> dict[str, Any]:
         rows.append({"name": name, "latest": latest, "history": [hs.get(name) for hs in by_run]})
     # The synchronization benchmark's scaling plot, where one was saved.
     scaling = "benchmarks/sync.png" if (root / "benchmarks" / "sync.png").is_file() else ""
-    return {"runs": runs, "rows": rows, "scaling": scaling}
+    # A federated round from 10 to 10,000 devices beside Flower (benchmarks/bench_scale.py), where one was saved.
+    scale = "benchmarks/scale.png" if (root / "benchmarks" / "scale.png").is_file() else ""
+    return {"runs": runs, "rows": rows, "scaling": scaling, "scale": scale}
 
 
 def _manifest(root: Path) -> dict[str, Any]:
@@ -316,6 +319,10 @@ details in <code>benchmarks/*.md</code>).</p>
 {% if perf.scaling %}<p>How a synchronous round scales with the devices, each transport (rounds per second and the
 host's CPU per round; <code>benchmarks/sync.md</code>):</p>
 <img src="{{ perf.scaling }}" alt="synchronous rounds per second and host CPU per round against devices">
+{% endif %}
+{% if perf.scale %}<p>A federated round as the devices grow from 10 to 10,000: edgelab's virtual devices beside
+Flower's simulation engine (seconds per round, start-up, peak memory; <code>benchmarks/scale.md</code>):</p>
+<img src="{{ perf.scale }}" alt="seconds per round, start-up and peak memory against devices, edgelab and Flower">
 {% endif %}
 {% endif %}
 {% for doc, title, items in documents %}
