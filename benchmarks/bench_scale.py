@@ -52,15 +52,14 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+from bench_sync import weights_accuracy  # noqa: E402
 from bench_training import host_info  # noqa: E402
 
 from edgelab.common.errors import ConfigError  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.models.builtin import ModelSpec, build_model, prepare_images  # noqa: E402
 
 SIDES_DIR = Path(__file__).resolve().parent / "sides"
 SIDES = ("edgelab-virtual", "edgelab-process", "flower-compiled", "flower-fit")
@@ -135,7 +134,7 @@ def run_side(side: str, devices: int, rounds: int, eval_data: Dataset, timeout_s
         if not lines or not os.path.exists(out):
             raise RuntimeError(f"{side} at {devices} devices left no result:\n{stderr[-3000:]}")
         result = json.loads(lines[-1])
-        result["accuracy"] = _accuracy(out, eval_data)
+        result["accuracy"] = weights_accuracy(out, eval_data)
     result.update(
         side=side,
         devices=devices,
@@ -144,14 +143,6 @@ def run_side(side: str, devices: int, rounds: int, eval_data: Dataset, timeout_s
         peak_memory_gb=peak[0] / 1e9,
     )
     return result
-
-
-def _accuracy(weights_file: str, dataset: Dataset) -> float:
-    model = build_model(ModelSpec("mlp"))
-    with np.load(weights_file) as arrays:
-        model.set_weights([arrays[f"arr_{i}"] for i in range(len(arrays.files))])
-    scores = model.evaluate(prepare_images("mlp", dataset.x_test), dataset.y_test, verbose=0, return_dict=True)
-    return float(scores["accuracy"])
 
 
 def run_benchmark(

@@ -77,6 +77,7 @@ from round_stages import CLIENT_STAGES, DEVICE_STAGES, stage_times, trace_rounds
 
 from edgelab.cluster import device_scheduling  # noqa: E402
 from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
+from edgelab.common.environ import environment  # noqa: E402
 from edgelab.common.errors import ConfigError  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
@@ -427,9 +428,7 @@ def bench_mwms(dataset: Dataset, *, repeats: int, epochs: int = 10) -> dict[str,
     steps = epochs * (dataset.n_train // (2 * BATCH))
     sides = [*MWMS_EDGELAB, "mwms"]
     out: dict[str, Any] = {side: [] for side in sides} | {"steps": steps, "scheduling": "normal"}
-    saved = {k: os.environ.get(k) for k in PEER_SCHEDULING}
-    os.environ.update(PEER_SCHEDULING)
-    try:
+    with environment(PEER_SCHEDULING):
         for rep in range(repeats):
             for side in sides if rep % 2 == 0 else sides[::-1]:
                 result = (
@@ -443,12 +442,6 @@ def bench_mwms(dataset: Dataset, *, repeats: int, epochs: int = 10) -> dict[str,
                     f"{result['with_setup_s']:.1f} s with set-up, batch seen {result['batch_seen']}",
                     flush=True,
                 )
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     out["mwms_steps_per_s"] = statistics.median(r["steps_per_s"] for r in out["mwms"])
     out["mwms_with_setup_s"] = statistics.median(r["with_setup_s"] for r in out["mwms"])
     for transport in MWMS_EDGELAB:
@@ -464,7 +457,8 @@ def bench_mwms(dataset: Dataset, *, repeats: int, epochs: int = 10) -> dict[str,
     return out
 
 
-def _accuracy(weights_file: str, dataset: Dataset) -> float:
+def weights_accuracy(weights_file: str, dataset: Dataset) -> float:
+    """The MLP's accuracy on the test digits with the weights a side saved (``np.savez``)."""
     model = build_model(ModelSpec("mlp"))
     with np.load(weights_file) as arrays:
         model.set_weights([arrays[f"arr_{i}"] for i in range(len(arrays.files))])
@@ -493,7 +487,7 @@ def run_fedavg_side(side: str, *, clients: int, samples: int, rounds: int, eval_
         if done.returncode:
             raise RuntimeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         result = _json_line(done.stdout)
-        result["accuracy"] = _accuracy(out, eval_data)
+        result["accuracy"] = weights_accuracy(out, eval_data)
     later = result["round_s"][1:]
     result["round1_s"] = result["round_s"][0]
     result["later_round_s"] = statistics.median(later)

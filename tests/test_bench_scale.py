@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
-from pathlib import Path
 
 import pytest
 
 from edgelab.common.errors import ConfigError
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARK = "bench_scale"
 
 
 @pytest.fixture(scope="module")
-def bench_scale():  # type: ignore[no-untyped-def]
-    # The benchmark caps TensorFlow's threads on import, for its own process: not for this one.
-    saved = dict(os.environ)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_scale
-
-        yield bench_scale
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(saved)
+def bench_scale(benchmark):  # type: ignore[no-untyped-def]
+    return benchmark
 
 
 def test_sides_are_checked_before_any_run(bench_scale, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 
 from edgelab.common.errors import ConfigError
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARK = "bench_strategies"
 
 
 @pytest.fixture(scope="module")
-def bench():  # type: ignore[no-untyped-def]
-    saved = dict(os.environ)  # the benchmark caps TensorFlow's threads on import, for its own process
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_strategies
-
-        yield bench_strategies
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(saved)
+def bench(benchmark):  # type: ignore[no-untyped-def]
+    return benchmark
 
 
 def test_an_unknown_variant_or_no_repeat_is_refused_before_any_cluster(bench) -> None:  # type: ignore[no-untyped-def]

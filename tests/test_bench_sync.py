@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,22 +14,13 @@ import pytest
 from edgelab.common.errors import ConfigError
 from edgelab.training.data_parallel import TrainConfig, TrainRun
 
+BENCHMARK = "bench_sync"
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def bench_sync():  # type: ignore[no-untyped-def]
-    # The benchmark caps TensorFlow's threads on import, for its own process: not for this one.
-    saved = dict(os.environ)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_sync
-
-        yield bench_sync
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(saved)
+def bench_sync(benchmark):  # type: ignore[no-untyped-def]
+    return benchmark
 
 
 def test_a_peer_without_its_package_fails_with_the_install_command(bench_sync, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -45,12 +45,7 @@ def load_shard(
     if user_model is not None:
         rt.user_models = {user_model.digest: user_model}  # one at a time, as the models themselves
     rt.bytes_received += int(x.nbytes + y.nbytes)
-    images = np.asarray(x)
-    shard = Shard(
-        x=images,
-        y=np.asarray(y, dtype=np.int64),
-        channel_axis=np.shape(prepare_images(spec.name, images[:1]))[1:] != images.shape[1:],
-    )
+    shard = shard_of(spec, x, y)
     cpu0 = time.process_time()
     warm(rt.model(spec), shard, batch_size, steps)
     rt.shards[run_id] = shard
@@ -60,6 +55,19 @@ def load_shard(
         "bytes": int(x.nbytes + y.nbytes),
         "warm_cpu_s": time.process_time() - cpu0,
     }
+
+
+def shard_of(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> Shard:
+    """A device's training data as its rounds read it.
+
+    The images as sent, the labels as int64, and whether ``spec``'s model wants a channel axis the images lack.
+    """
+    images = np.asarray(x)
+    return Shard(
+        x=images,
+        y=np.asarray(y, dtype=np.int64),
+        channel_axis=np.shape(prepare_images(spec.name, images[:1]))[1:] != images.shape[1:],
+    )
 
 
 def release(run_id: str, dask_worker: Any = None) -> None:

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.models.builtin import ModelSpec, prepare_images
+from edgelab.models.builtin import ModelSpec
 from edgelab.models.user import UserModelPayload
 from edgelab.runtime.plugin import current
 from edgelab.runtime.protocol import Weights, device_call
-from edgelab.runtime.steps import Shard, warm
-from edgelab.runtime.tasks import RoundTask, train_round
+from edgelab.runtime.steps import warm
+from edgelab.runtime.tasks import RoundTask, shard_of, train_round
 from edgelab.sync.aggregate import RunningMean
 
 
@@ -55,12 +55,7 @@ def load_devices(
     warm_cpu_s = 0.0
     for index, (x, y) in shards.items():
         rt.bytes_received += int(x.nbytes + y.nbytes)
-        images = np.asarray(x)
-        shard = Shard(
-            x=images,
-            y=np.asarray(y, dtype=np.int64),
-            channel_axis=np.shape(prepare_images(spec.name, images[:1]))[1:] != images.shape[1:],
-        )
+        shard = shard_of(spec, x, y)
         if not loaded:  # one model per process: traced once, on the first device's batches
             cpu0 = time.process_time()
             warm(rt.model(spec), shard, batch_size, steps)
