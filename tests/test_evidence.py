@@ -194,21 +194,10 @@ def test_every_item_of_the_committed_manifests_carries_a_verdict_from_the_policy
             assert v["reason_class"] in verdict.REASONS, entry["id"]
 
 
-# Notebooks whose paper-sized runs are not yet re-run under the evidence policy (issue 51, open): each takes
-# 30 minutes to 2.5 hours here. Their items read "not run", saying when they last ran and how to run them again.
-PENDING_FULL = {"zhang2018_schemes"}
+def test_the_full_profile_lists_every_id() -> None:
+    assert {e["id"] for e in _entries(MANIFESTS[1])} == set(catalog.IDS)
 
 
-def test_the_full_profile_lists_every_id_and_runs_all_but_the_pending_notebooks() -> None:
-    entries = _entries(MANIFESTS[1])
-    assert {e["id"] for e in entries} == set(catalog.IDS)
-    for e in entries:
-        if e["status"] == "not run":
-            assert Path(e.get("notebook", "")).stem in PENDING_FULL, e["id"]
-            assert "--profile full --notebook" in e["why"], e["id"]
-
-
-@pytest.mark.xfail(strict=True, reason=f"issue 51, open: {sorted(PENDING_FULL)} not yet re-run; the mark then goes")
 def test_the_full_profile_ran_every_id() -> None:
     assert not [e["id"] for e in _entries(MANIFESTS[1]) if e["status"] == "not run"]
 
