@@ -66,8 +66,6 @@ SIDES = ("edgelab-virtual", "edgelab-process", "flower-compiled", "flower-fit")
 DEVICES = (10, 100, 1000, 10000)
 SAMPLES = 60000
 BATCH = 32
-#: edgelab's virtual devices per round, against Flower's compiled-loop clients: at least as fast.
-TARGET = 1.0
 MEMORY_SAMPLE_S = 0.2
 
 
@@ -82,8 +80,14 @@ def check_sides(sides: list[str]) -> None:
             )
 
 
+def batch_for(devices: int) -> int:
+    """Batch 32, or a device's whole shard where it is smaller (10,000 devices hold 6 digits each)."""
+    return min(BATCH, SAMPLES // devices)
+
+
 def _command(side: str, devices: int, rounds: int, out: str) -> list[str]:
-    common = ["--clients", str(devices), "--samples", str(SAMPLES), "--rounds", str(rounds), "--batch", str(BATCH)]
+    batch = batch_for(devices)
+    common = ["--clients", str(devices), "--samples", str(SAMPLES), "--rounds", str(rounds), "--batch", str(batch)]
     if side.startswith("edgelab"):
         hosting = ["--hosting", "virtual", "--workers", "2"] if side == "edgelab-virtual" else []
         return [sys.executable, str(SIDES_DIR / "edgelab_fedavg.py"), *common, *hosting, "--out", out]
@@ -138,6 +142,7 @@ def run_side(side: str, devices: int, rounds: int, eval_data: Dataset, timeout_s
     result.update(
         side=side,
         devices=devices,
+        batch=batch_for(devices),
         round1_s=result["round_s"][0],
         later_round_s=statistics.median(result["round_s"][1:]),
         peak_memory_gb=peak[0] / 1e9,
@@ -181,7 +186,8 @@ def summarize(results: dict[str, Any]) -> list[dict[str, Any]]:
     for n, side in cells:
         ok = [r for r in results["runs"] if r["devices"] == n and r["side"] == side and "error" not in r]
         failed = [r for r in results["runs"] if r["devices"] == n and r["side"] == side and "error" in r]
-        row: dict[str, Any] = {"devices": n, "side": side, "runs": len(ok), "failed": len(failed)}
+        row: dict[str, Any] = {"devices": n, "side": side, "batch": batch_for(n)}
+        row |= {"runs": len(ok), "failed": len(failed)}
         if failed:
             row["error"] = failed[0]["error"]
         for key in ("later_round_s", "round1_s", "to_round1_end_s", "peak_memory_gb", "accuracy"):
@@ -208,23 +214,25 @@ def write_results(results: dict[str, Any], out_dir: Path | None = None) -> Path:
     lines = [
         "# A federated round as the devices grow (`benchmarks/bench_scale.py`)",
         "",
-        f"FedAvg, LeNet-MLP, {results['samples']:,} MNIST digits in iid shards, batch {results['batch']}, one local "
+        f"FedAvg, LeNet-MLP, {results['samples']:,} MNIST digits in iid shards, batch {results['batch']} (or the "
+        "whole shard where smaller), one local "
         f"epoch per round, {results['rounds']} rounds, median of {results['repeats']} interleaved repeat(s) per cell; "
         f"host: {host.get('cpu_count', '?')} cores, 1-minute load at the start {host['loadavg_start'][0]:.1f}. "
         "s/round = median of rounds 2..R (steady state); start-up = process start to the end of round 1 "
         "(with set-up); memory = peak RSS of the side's whole "
         "process tree. ![scale](scale.png)",
         "",
-        "| devices | side | s/round | round 1 s | start-up s | peak GB | accuracy | Flower compiled / edgelab |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| devices | batch | side | s/round | round 1 s | start-up s | peak GB | accuracy | Flower compiled / edgelab "
+        "|",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ratio = r.get("flower_compiled_over_edgelab")
         if r["runs"] == 0:
-            lines.append(f"| {r['devices']:,} | {r['side']} | failed: {r.get('error', '')} | | | | | |")
+            lines.append(f"| {r['devices']:,} | {r['batch']} | {r['side']} | failed: {r.get('error', '')} | | | | | |")
             continue
         lines.append(
-            f"| {r['devices']:,} | {r['side']} | {r['later_round_s']:.2f} | {r['round1_s']:.2f} | "
+            f"| {r['devices']:,} | {r['batch']} | {r['side']} | {r['later_round_s']:.2f} | {r['round1_s']:.2f} | "
             f"{r['to_round1_end_s']:.1f} | {r['peak_memory_gb']:.2f} | {r['accuracy']:.4f} | "
             f"{'' if ratio is None else f'{ratio:.2f}x'} |"
         )

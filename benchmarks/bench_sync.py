@@ -719,6 +719,14 @@ def render_markdown(results: dict[str, Any]) -> str:
                     f"{r['encode']:.3f} | {r['send_reply']:.2f} | {r['reply_in_flight']:.2f} | "
                     f"{r['own_code_ms']:.2f} | {r['overhead_without_own_ms']:.2f} | {r['target_ms']:.2f} |"
                 )
+    if "peers_host" in results:  # the peers measured again on their own, later than part A
+        peers = results["peers_host"]
+        lines += [
+            "",
+            f"Parts B and C below were measured again on their own, {peers['date_utc']} (load average "
+            f"{peers['loadavg_start'][0]:.1f} at start, {peers['loadavg_end'][0]:.1f} at end; "
+            f"{peers['benchmark_wall_s'] / 60:.1f} min), with each peer set up as its documentation recommends.",
+        ]
     if "mwms" in results:
         b = results["mwms"]
         lines += [
@@ -744,7 +752,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"edgelab ({b['best_transport']}) / MWMS = **{b['ratio']:.2f}** steady (target >= {PEER_TARGET:.1f}; "
             f"paired: {', '.join(f'{x:.2f}' for x in b[b['best_transport'] + '_paired_ratios'])}); "
             f"{b['steps']} steps a side, each side in processes of its own started for each measurement (nothing "
-            "of the other alive), both under the kernel's default scheduling policy.",
+            "of the other alive), both under the kernel's default scheduling policy. With set-up: edgelab's cluster "
+            "start and one `train` call, from a process that has TensorFlow imported (as a notebook has); MWMS's "
+            "from its two processes' start, their imports included.",
         ]
     if "fedavg" in results:
         c = results["fedavg"]

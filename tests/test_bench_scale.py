@@ -36,6 +36,8 @@ def test_each_side_runs_the_same_work_in_its_own_process(bench_scale) -> None:  
     assert virtual[10:14] == ["--hosting", "virtual", "--workers", "2"]
     assert "--hosting" not in bench_scale._command("edgelab-process", 10, 4, "w.npz")
     assert fit[10:12] == ["--client-loop", "fit"]
+    # Ten thousand devices hold 6 digits each: their batch is the shard
+    assert bench_scale._command("edgelab-virtual", 10000, 4, "w.npz")[9] == "6"
 
 
 def test_the_summary_takes_medians_and_divides_flower_by_edgelab(bench_scale) -> None:  # type: ignore[no-untyped-def]
