@@ -142,21 +142,12 @@ def test_a_failed_up_removes_what_it_built_and_nothing_else(state: Path) -> None
     assert sh.leftovers(PREFIX) == []
 
 
+BENCHMARK = "bench_shaped_link"  # the module conftest's ``benchmark`` fixture imports
+
+
 @pytest.fixture(scope="module")
-def bench_shaped_link():  # type: ignore[no-untyped-def]
-    import sys
-
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
-    saved = dict(os.environ)  # the benchmark caps TensorFlow's threads on import, for its own process
-    sys.path.insert(0, benchmarks)
-    try:
-        import bench_shaped_link
-
-        yield bench_shaped_link
-    finally:
-        sys.path.remove(benchmarks)
-        os.environ.clear()
-        os.environ.update(saved)
+def bench_shaped_link(benchmark):  # type: ignore[no-untyped-def]
+    return benchmark
 
 
 def test_the_benchmarks_analytic_link_time_is_the_slower_devices_bytes_each_round(bench_shaped_link) -> None:  # type: ignore[no-untyped-def]
