@@ -145,6 +145,25 @@ def training_flops_per_sample(name: str) -> int:
     return matmul + elementwise
 
 
+def training_flops_by_class(name: str) -> dict[str, int]:
+    """``training_flops_per_sample`` split by how a device runs the work: ``conv``, ``dense`` and ``elementwise``.
+
+    A device model may time each class at a rate of its own
+    (``edgelab.emulation.device_model``): a dense layer's matrix product and a
+    convolution's are not equally fast on every board.
+
+    Examples
+    --------
+    >>> split = training_flops_by_class("mlp")
+    >>> sum(split.values()) == training_flops_per_sample("mlp"), split["conv"]
+    (True, 0)
+    """
+    rows = layers(name)
+    out = {kind: 3 * 2 * sum(r.macs for r in rows if r.kind == kind) for kind in ("conv", "dense")}
+    out["elementwise"] = training_flops_per_sample(name) - out["conv"] - out["dense"]
+    return out
+
+
 def activation_floats_per_sample(name: str) -> int:
     """Floats of forward activations one sample keeps for the backward pass (input and every layer output)."""
     return input_floats_per_sample(name) + sum(r.output_size for r in layers(name) if not r.fused)
