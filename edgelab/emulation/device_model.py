@@ -24,8 +24,22 @@ so no single factor maps host CPU time onto a Pi for two models. The host's
 CPU time still drives the labelled alternatives (``edgelab.emulation.projection``).
 
 A board of one's own needs no paper: ``edgelab calibrate`` times real training
-steps on it and fits the same two terms on those timings
-(``edgelab.runtime.board_calibration``); the profile carries them.
+steps on it and fits the same terms on those timings
+(``edgelab.runtime.board_calibration``); the profile carries them. A measured
+board also separates what two paper cells cannot, so its model has three
+more terms, each zero or unset unless measured:
+
+    seconds = step_s + params * param_s
+              + samples * (conv_and_elementwise_flops / flops_per_s + dense_flops / dense_flops_per_s)
+    per round, besides: bytes exchanged * wire_s_per_byte
+
+* ``dense_flops_per_s``: dense layers' matrix products at a rate of their
+  own (a board's GEMM on a batch of vectors is not its convolution's rate);
+* ``param_s``: a step's cost per trainable parameter (the optimizer's pass
+  over weights, gradients and momenta: memory-bound, whatever the batch);
+* ``wire_s_per_byte``: the device's own work on each byte of weights it
+  receives and sends in a round (decrypt, unpack, the delta, pack, encrypt),
+  which the link's rate does not include.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ import numpy as np
 
 from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import PROFILES
-from edgelab.models.costs import training_flops_per_sample
+from edgelab.models.costs import parameter_count, training_flops_by_class, training_flops_per_sample
 
 #: The two cells of each profile its device model is fitted on: (id, model, batch, training samples).
 FIT_CELLS: dict[str, tuple[tuple[str, str, int, int], ...]] = {
@@ -73,17 +87,35 @@ class DeviceModel:
     flops_per_s: float
     fitted_on: tuple[str, ...] = ()
     measured_on: str = ""
+    dense_flops_per_s: float | None = None
+    param_s: float = 0.0
+    wire_s_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.step_s >= 0:
             raise ConfigError("step_s", self.step_s, "a number of seconds >= 0")
         if not self.flops_per_s > 0:
             raise ConfigError("flops_per_s", self.flops_per_s, "a rate > 0")
+        if self.dense_flops_per_s is not None and not self.dense_flops_per_s > 0:
+            raise ConfigError("dense_flops_per_s", self.dense_flops_per_s, "a rate > 0, or None (flops_per_s)")
+        for name in ("param_s", "wire_s_per_byte"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(name, getattr(self, name), "a number of seconds >= 0")
 
     def compute_s(self, model: str, steps: Any, samples: Any) -> Any:
         """Device seconds of ``steps`` training steps over ``samples`` samples of ``model`` (arrays work)."""
-        flops = np.asarray(samples, dtype=float) * training_flops_per_sample(model)
-        return np.asarray(steps, dtype=float) * self.step_s + flops / self.flops_per_s
+        samples = np.asarray(samples, dtype=float)
+        step_s = self.step_s + (self.param_s * parameter_count(model) if self.param_s else 0.0)
+        per_step = np.asarray(steps, dtype=float) * step_s
+        if self.dense_flops_per_s is None:
+            return per_step + samples * training_flops_per_sample(model) / self.flops_per_s
+        split = training_flops_by_class(model)
+        per_sample = (split["conv"] + split["elementwise"]) / self.flops_per_s + split["dense"] / self.dense_flops_per_s
+        return per_step + samples * per_sample
+
+    def wire_s(self, bytes_exchanged: Any) -> Any:
+        """Device seconds of its own work on ``bytes_exchanged`` bytes of weights received and sent."""
+        return np.asarray(bytes_exchanged, dtype=float) * self.wire_s_per_byte
 
     def records_compute_s(self, records: Any, model: str) -> np.ndarray:
         """Device seconds of each row of a run's records (``steps`` and ``samples`` columns).
@@ -95,7 +127,10 @@ class DeviceModel:
         steps = np.asarray(records["steps"], dtype=float)
         if "local_epochs" in records:
             steps = steps * np.asarray(records["local_epochs"], dtype=float)
-        return np.asarray(self.compute_s(model, steps, records["samples"]), dtype=float)
+        seconds = np.asarray(self.compute_s(model, steps, records["samples"]), dtype=float)
+        if self.wire_s_per_byte and {"bytes_sent", "bytes_received"} <= set(records):
+            seconds = seconds + self.wire_s(np.asarray(records["bytes_sent"]) + np.asarray(records["bytes_received"]))
+        return seconds
 
     def describe(self) -> str:
         """One line for reports."""
@@ -104,13 +139,22 @@ class DeviceModel:
         else:
             basis = f"fitted on {' and '.join(self.fitted_on) or 'given values'}"
         rates = f"{self.step_s * 1e3:.1f} ms per step + {self.flops_per_s / 1e9:.3f} GFLOP/s"
+        if self.dense_flops_per_s is not None:
+            rates += f" (dense {self.dense_flops_per_s / 1e9:.3f})"
+        if self.param_s:
+            rates += f" + {self.param_s * 1e9:.2f} ns per parameter per step"
+        if self.wire_s_per_byte:
+            rates += f" + {self.wire_s_per_byte * 1e9:.2f} ns per byte exchanged"
         return f"device model {self.profile}: {rates} ({basis})"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (runs keep it among their parameters: a paper-fitted model's has no ``measured_on``)."""
         out = asdict(self)
-        if not self.measured_on:
-            del out["measured_on"]  # so the keys of runs stored before boards could be measured still match
+        # Terms at their defaults are left out, so that the keys of runs stored before they existed still match.
+        defaults = {"measured_on": "", "dense_flops_per_s": None, "param_s": 0.0, "wire_s_per_byte": 0.0}
+        for name, default in defaults.items():
+            if out[name] == default:
+                del out[name]
         return out
 
 
@@ -178,7 +222,15 @@ def for_profile(profile: str) -> DeviceModel:
         )
     board = PROFILES.get(profile)
     if board is not None and board.step_s is not None and board.flops_per_s is not None:
-        return DeviceModel(profile, board.step_s, board.flops_per_s, measured_on=board.measured_on)
+        return DeviceModel(
+            profile,
+            board.step_s,
+            board.flops_per_s,
+            measured_on=board.measured_on,
+            dense_flops_per_s=board.dense_flops_per_s,
+            param_s=board.param_s,
+            wire_s_per_byte=board.wire_s_per_byte,
+        )
     cells = list(FIT_CELLS[profile])
     targets = []
     for item_id, *_ in cells:

@@ -60,6 +60,11 @@ class DeviceProfile:
         (``edgelab.emulation.device_model.FIT_CELLS``).
     measured_on
         Where and when the board was measured (empty for the built-in ones).
+    dense_flops_per_s, param_s, wire_s_per_byte
+        The measured model's terms two paper cells cannot separate (see
+        ``edgelab.emulation.device_model``): dense layers' own FLOP rate,
+        seconds per trainable parameter per step, the device's seconds per
+        byte of weights it exchanges. Unset or zero for the built-in boards.
     """
 
     name: str
@@ -76,6 +81,9 @@ class DeviceProfile:
     step_s: float | None = None
     flops_per_s: float | None = None
     measured_on: str = ""
+    dense_flops_per_s: float | None = None
+    param_s: float = 0.0
+    wire_s_per_byte: float = 0.0
 
     @property
     def usable_memory_mb(self) -> int:
@@ -189,6 +197,10 @@ def save_board(profile: DeviceProfile, path: str | Path, measurements: dict[str,
     return out
 
 
+#: Fields of a board file added after its format was fixed (a file without them loads with their defaults).
+_LATER_TERMS = ("dense_flops_per_s", "param_s", "wire_s_per_byte")
+
+
 def load_board(path: str | Path) -> DeviceProfile:
     """The profile in a board file (``save_board``), registered under its name."""
     where = Path(path)
@@ -200,7 +212,8 @@ def load_board(path: str | Path) -> DeviceProfile:
         raise ConfigError("device_profile", str(path), f"a file whose format is {BOARD_FORMAT!r} (edgelab calibrate)")
     known = {f.name for f in fields(DeviceProfile)}
     values = doc["profile"]
-    missing, unknown = known - set(values), set(values) - known
+    # Boards measured before a term existed lack it: it takes its default (the model without that term).
+    missing, unknown = known - set(values) - set(_LATER_TERMS), set(values) - known
     if missing or unknown:
         what = f"missing {sorted(missing)}" if missing else f"unknown {sorted(unknown)}"
         raise ConfigError("device_profile", str(path), f"a board profile with every field of DeviceProfile ({what})")
@@ -264,6 +277,33 @@ def measure_host_gflops(*, size: int = 512, repeats: int = 5) -> float:
             a @ b
             best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
+
+
+def sustained_gflops(*, seconds: float = 2.0, repeats: int = 3, size: int = 512) -> float:
+    """Single-thread float32 GEMM rate this machine keeps up over ``seconds`` (the median of ``repeats`` windows).
+
+    Not the best single product, as ``measure_host_gflops`` takes: under a CPU
+    quota a product of a few milliseconds fits inside one period's allowance
+    and runs at the full core's speed, while a board held to a fifth of a core
+    does a fifth of the work in any window of seconds. So a board measures its
+    rate over windows long against the quota's period (and a real board's
+    sustained rate, thermal throttling included).
+    """
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a = rng.random((size, size), dtype=np.float32)
+    b = rng.random((size, size), dtype=np.float32)
+    rates = []
+    with threadpool_limits(limits=1):
+        a @ b
+        for _ in range(repeats):
+            done, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds:
+                a @ b
+                done += 1
+            rates.append(2 * size**3 * done / elapsed / 1e9)
+    return float(np.median(rates))
 
 
 def calibrate(profile: DeviceProfile, *, host_gflops: float | None = None) -> Calibration:
