@@ -17,27 +17,63 @@ from edgelab.models.costs import training_flops_per_sample
 from edgelab.runtime import board_calibration as bc
 
 
-def _cells(step_s: float, flops_per_s: float) -> dict:
-    cells = []
-    for model, batch in bc.CELLS:
-        seconds = step_s + batch * training_flops_per_sample(model) / flops_per_s
-        cells.append({"model": model, "batch_size": batch, "step_s": seconds})
+def _cells(step_s: float, flops_per_s: float, *, param_s: float = 0.0, dense_flops_per_s: float | None = None) -> dict:
+    model = device_model.DeviceModel(
+        "board_t", step_s, flops_per_s, param_s=param_s, dense_flops_per_s=dense_flops_per_s
+    )
+    cells = [
+        {"model": name, "batch_size": batch, "step_s": float(model.compute_s(name, 1, batch))}
+        for name, batch in bc.CELLS
+    ]
     return {"cells": cells}
 
 
 def test_the_fit_recovers_the_terms_the_cells_were_made_from() -> None:
-    step_s, rate, residual = bc.fit_terms(_cells(0.004, 3.5e9))
-    assert step_s == pytest.approx(0.004, rel=1e-9)
-    assert rate == pytest.approx(3.5e9, rel=1e-9)
-    assert residual == pytest.approx(0.0, abs=1e-9)
+    terms = bc.fit_terms(_cells(0.004, 3.5e9, param_s=2e-8, dense_flops_per_s=6e9))
+    assert terms["step_s"] == pytest.approx(0.004, rel=1e-6)
+    assert terms["param_s"] == pytest.approx(2e-8, rel=1e-6)
+    assert terms["flops_per_s"] == pytest.approx(3.5e9, rel=1e-6)
+    assert terms["dense_flops_per_s"] == pytest.approx(6e9, rel=1e-6)
+    assert terms["relative_rms_residual"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_fitted_terms_predict_each_timed_cell() -> None:
+    # Cells with a 5% wobble: the four terms give them back within it, where one rate for both classes cannot.
+    steps = _cells(0.001, 2e9, param_s=1e-8, dense_flops_per_s=8e9)
+    for i, cell in enumerate(steps["cells"]):
+        cell["step_s"] *= 1.05 if i % 2 else 0.95
+    terms = bc.fit_terms(steps)
+    model = device_model.DeviceModel(
+        "board_t",
+        terms["step_s"],
+        terms["flops_per_s"],
+        param_s=terms["param_s"],
+        dense_flops_per_s=terms["dense_flops_per_s"],
+    )
+    for cell in steps["cells"]:
+        predicted = float(model.compute_s(cell["model"], 1, cell["batch_size"]))
+        assert predicted == pytest.approx(cell["step_s"], rel=0.08)
+
+
+def test_cells_that_cannot_tell_the_rates_apart_get_one_rate_not_an_infinite_one() -> None:
+    # The MLP's steps take no longer for a larger batch: NNLS puts zero seconds on a dense FLOP.
+    steps = _cells(0.002, 2e9)
+    for cell in steps["cells"]:
+        if cell["model"] == "mlp":
+            cell["step_s"] = 0.002
+    terms = bc.fit_terms(steps)
+    assert terms["terms"] == ["step_s", "param_s", "s_per_flop"]
+    assert terms["dense_flops_per_s"] is None
+    assert 0 < terms["flops_per_s"] < 1e12 and terms["step_s"] >= 0 and terms["param_s"] >= 0
 
 
 def test_a_step_cost_the_cells_cannot_show_is_zero_not_negative() -> None:
     # Cells that follow one FLOP rate with no per-step cost, one of them slower than the rest.
     steps = _cells(0.0, 2e9)
     steps["cells"][0]["step_s"] *= 0.8
-    step_s, rate, residual = bc.fit_terms(steps)
-    assert step_s >= 0 and rate > 0 and residual > 0
+    terms = bc.fit_terms(steps)
+    assert terms["step_s"] >= 0 and terms["param_s"] >= 0 and terms["flops_per_s"] > 0
+    assert terms["relative_rms_residual"] > 0
 
 
 def test_cgroup_v2_quota_and_limit_are_read(tmp_path: Path) -> None:
@@ -168,3 +204,51 @@ def test_a_round_of_several_local_epochs_pays_every_epoch_s_steps() -> None:
     assert model.records_compute_s(two, "mlp").tolist() == pytest.approx(
         [0.1 + 640 * flops / 1e9, 0.2 + 1280 * flops / 1e9]
     )
+
+
+def test_a_board_file_from_before_the_later_terms_loads_with_them_at_their_defaults(tmp_path: Path) -> None:
+    path = save_board(_board("board_e"), tmp_path / "board_e.json", {})
+    doc = json.loads(path.read_text())
+    for name in ("dense_flops_per_s", "param_s", "wire_s_per_byte"):
+        del doc["profile"][name]
+    path.write_text(json.dumps(doc))
+    try:
+        profile = load_board(path)
+        assert (profile.dense_flops_per_s, profile.param_s, profile.wire_s_per_byte) == (None, 0.0, 0.0)
+        assert set(device_model.for_profile("board_e").to_dict()) == {
+            "profile",
+            "step_s",
+            "flops_per_s",
+            "fitted_on",
+            "measured_on",
+        }
+    finally:
+        PROFILES.pop("board_e", None)
+
+
+def test_a_measured_board_prices_steps_parameters_each_class_and_the_bytes_it_exchanges() -> None:
+    import pandas as pd
+
+    from edgelab.models.costs import parameter_count, training_flops_by_class
+
+    model = device_model.DeviceModel(
+        "board_f", step_s=0.001, flops_per_s=2e9, dense_flops_per_s=5e9, param_s=1e-8, wire_s_per_byte=1e-9
+    )
+    records = pd.DataFrame({"steps": [10], "samples": [640], "bytes_sent": [4e5], "bytes_received": [6e5]})
+    split = training_flops_by_class("cnn")
+    per_step = 0.001 + 1e-8 * parameter_count("cnn")
+    per_sample = (split["conv"] + split["elementwise"]) / 2e9 + split["dense"] / 5e9
+    expected = 10 * per_step + 640 * per_sample + 1e6 * 1e-9
+    assert model.records_compute_s(records, "cnn").tolist() == pytest.approx([expected], rel=1e-12)
+    assert split["conv"] == 6 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500) and split["dense"] == 6 * (800 * 500 + 500 * 10)
+    # Without the measured terms it is the two-term model, to the last bit (the paper-fitted boards' clock).
+    plain = device_model.DeviceModel("board_f", step_s=0.001, flops_per_s=2e9)
+    assert plain.compute_s("cnn", 10, 640) == 10 * 0.001 + 640 * training_flops_per_sample("cnn") / 2e9
+    describe = model.describe()
+    assert "dense 5.000" in describe and "per parameter" in describe and "per byte exchanged" in describe
+
+
+@pytest.mark.parametrize("term", ["dense_flops_per_s", "param_s", "wire_s_per_byte"])
+def test_a_negative_or_zero_term_is_refused_naming_it(term: str) -> None:
+    with pytest.raises(ConfigError, match=term):
+        device_model.DeviceModel("board_g", step_s=0.001, flops_per_s=1e9, **{term: -1.0})

@@ -5,12 +5,18 @@ Runs on the board itself and needs only what a device worker needs
 TensorFlow has one thread per pool, as a device worker's
 (``cluster/pi/edgelab-worker.service``), it times the very training rounds a
 worker runs (``edgelab.runtime.steps.train_steps``: one compiled loop over the
-round's batches) of LeNet-MLP and LeNet-CNN at two batch sizes, and fits the
-device model's two terms on them (``edgelab.emulation.device_model``: seconds
-per step, FLOP rate) by non-negative least squares. The four cells differ in
-how much of their time is per step and how much per FLOP, which is what
-separates the terms; the Pi 3B's model is fitted on the same two models, from
-the paper's cells instead of a timer.
+round's batches) of LeNet-MLP and LeNet-CNN at three batch sizes, and fits the
+device model's terms on them (``edgelab.emulation.device_model``) by
+non-negative least squares: a cost per step, a cost per trainable parameter per
+step, a FLOP rate for convolutions and one for dense layers. Each model's batch
+sizes give its cost per sample (the MLP's is nearly all dense, the CNN's
+mostly convolution) and its cost per step (the two models differ fourfold in
+parameters); the six cells leave two degrees of freedom to show the fit's
+residual. The Pi 3B's model is fitted on the same two models, from the paper's
+two cells instead of a timer, so it has only a step cost and one rate.
+
+It also times the device's own work on a round's weights (decrypt as TLS does,
+unpack, the delta, pack, encrypt) per byte: a cost the link's rate leaves out.
 
 Besides: the single-thread float32 GEMM rate (the CPU-time clocks' speed
 factor, ``edgelab.emulation.profiles.calibrate``), the cores and memory the
@@ -38,11 +44,13 @@ import numpy as np
 
 from edgelab.common import checks
 from edgelab.common.errors import ConfigError
-from edgelab.emulation.profiles import DeviceProfile, check_board_name, measure_host_gflops, save_board
-from edgelab.models.costs import training_flops_per_sample
+from edgelab.emulation.profiles import DeviceProfile, check_board_name, save_board, sustained_gflops
+from edgelab.models.costs import parameter_count, training_flops_by_class
 
-#: The timed cells: (model, batch size). Two models far apart in FLOPs per sample, each at two batch sizes.
-CELLS = (("mlp", 64), ("mlp", 16), ("cnn", 64), ("cnn", 16))
+#: The timed cells: (model, batch size). Two models far apart in FLOPs per sample, each at three batch sizes.
+CELLS = (("mlp", 64), ("mlp", 32), ("mlp", 16), ("cnn", 64), ("cnn", 32), ("cnn", 16))
+#: The terms ``fit_terms`` gives, in the order of its design matrix's columns.
+TERMS = ("step_s", "param_s", "s_per_conv_flop", "s_per_dense_flop")
 #: The environment a device worker's TensorFlow runs with (one thread per pool).
 WORKER_THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -75,8 +83,8 @@ def calibrate_board(
     checks.number("latency_ms", latency_ms, at_least=0)
     limits = resource_limits()
     steps = _timed_steps(seconds, repeats)
-    step_s, flops_per_s, residual = fit_terms(steps)
-    gemm = measure_host_gflops()
+    terms = fit_terms(steps)
+    gemm = sustained_gflops(seconds=seconds / 2, repeats=repeats)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     host = f"{platform.machine()} {platform.node()}"
     framework_mb = int(math.ceil(steps["framework_rss_mb"]))
@@ -89,17 +97,24 @@ def calibrate_board(
         link_mbps=float(link_mbps),
         latency_s=float(latency_ms) / 1e3,
         reference_gflops=round(gemm, 3),
-        reference_note=f"measured by edgelab calibrate: single-thread float32 GEMM 512x512 on {host}, {when}",
+        reference_note=(
+            f"measured by edgelab calibrate: single-thread float32 GEMM 512x512 sustained over {seconds / 2:g} s "
+            f"windows on {host}, {when}"
+        ),
         framework_mb=framework_mb,
         framework_note="measured by edgelab calibrate: resident memory of a worker's TensorFlow with LeNet built",
-        step_s=step_s,
-        flops_per_s=flops_per_s,
+        step_s=terms["step_s"],
+        flops_per_s=terms["flops_per_s"],
         measured_on=f"{host}, {when}",
+        dense_flops_per_s=terms["dense_flops_per_s"],
+        param_s=terms["param_s"],
+        wire_s_per_byte=steps["wire"]["s_per_byte"],
     )
     measurements = {
         "limits": limits,
         "cells": steps["cells"],
-        "fit": {"step_s": step_s, "flops_per_s": flops_per_s, "relative_rms_residual": residual},
+        "fit": terms,
+        "wire": steps["wire"],
         "gemm_gflops": gemm,
         "link": {"link_mbps": link_mbps, "latency_ms": latency_ms, "source": "given, not measured"},
         "tensorflow": steps["tensorflow"],
@@ -120,25 +135,52 @@ def write_board(name: str, out: str | os.PathLike[str] | None = None, **options:
     return save_board(profile, path, measurements)
 
 
-def fit_terms(steps: dict[str, Any]) -> tuple[float, float, float]:
-    """Seconds per step and FLOP rate that best give the timed cells (non-negative least squares).
+def fit_terms(steps: dict[str, Any]) -> dict[str, Any]:
+    """The device model's terms that best give the timed cells (non-negative least squares).
 
-    Returns the two terms and the root-mean-square of the cells' relative residuals.
+    Returns ``step_s``, ``param_s``, ``flops_per_s`` (convolutions and
+    element-wise work), ``dense_flops_per_s``, the root-mean-square of the
+    cells' relative residuals, and ``terms``: which terms were fitted. Where the
+    cells cannot tell the two rates apart (either fitted to zero seconds per
+    FLOP: an infinitely fast class), one rate is fitted for both and
+    ``dense_flops_per_s`` is ``None``.
     """
     from scipy.optimize import nnls
 
-    rows, targets = [], []
+    columns = []
     for cell in steps["cells"]:
-        flops = cell["batch_size"] * training_flops_per_sample(cell["model"])
-        # Each cell weighted by its own time, so a short cell counts as much as a long one.
-        rows.append([1.0 / cell["step_s"], flops / cell["step_s"]])
-        targets.append(1.0)
-    (step_s, s_per_flop), _ = nnls(np.array(rows), np.array(targets))
-    if not s_per_flop > 0:
-        raise RuntimeError(f"the timed cells gave no FLOP rate (step {step_s:.4g} s): {steps['cells']}")
-    predicted = np.array(rows) @ np.array([step_s, s_per_flop])
-    residual = float(np.sqrt(np.mean((predicted - 1.0) ** 2)))
-    return float(step_s), float(1.0 / s_per_flop), residual
+        split = training_flops_by_class(cell["model"])
+        batch = cell["batch_size"]
+        columns.append(
+            (
+                1.0,
+                parameter_count(cell["model"]),
+                batch * (split["conv"] + split["elementwise"]),
+                batch * split["dense"],
+            )
+        )
+    # Each cell weighted by its own time, so a short cell counts as much as a long one.
+    times = np.array([cell["step_s"] for cell in steps["cells"]])
+    design = np.array(columns) / times[:, None]
+    solution, _ = nnls(design, np.ones(len(times)))
+    names = TERMS
+    if not (solution[2] > 0 and solution[3] > 0):
+        shared = np.column_stack([design[:, 0], design[:, 1], design[:, 2] + design[:, 3]])
+        solution, _ = nnls(shared, np.ones(len(times)))
+        design, names = shared, ("step_s", "param_s", "s_per_flop")
+    terms = dict(zip(names, (float(v) for v in solution), strict=True))
+    s_per_conv = terms.get("s_per_conv_flop", terms.get("s_per_flop", 0.0))
+    if not s_per_conv > 0:
+        raise RuntimeError(f"the timed cells gave no FLOP rate ({terms}): {steps['cells']}")
+    residual = float(np.sqrt(np.mean((design @ solution - 1.0) ** 2)))
+    return {
+        "step_s": terms["step_s"],
+        "param_s": terms["param_s"],
+        "flops_per_s": 1.0 / s_per_conv,
+        "dense_flops_per_s": 1.0 / terms["s_per_dense_flop"] if "s_per_dense_flop" in terms else None,
+        "relative_rms_residual": residual,
+        "terms": list(names),
+    }
 
 
 def resource_limits() -> dict[str, Any]:
@@ -272,7 +314,49 @@ def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
         cells.append(
             {"model": name, "batch_size": batch, "steps": steps, "step_s": times[len(times) // 2], "all": times}
         )
-    return {"cells": cells, "framework_rss_mb": framework_rss_mb, "tensorflow": tf.__version__}
+    wire = _time_wire([get_weights(models[name]) for name in ("mlp", "cnn")], seconds, repeats)
+    return {"cells": cells, "framework_rss_mb": framework_rss_mb, "tensorflow": tf.__version__, "wire": wire}
+
+
+def _time_wire(weights: list[list[np.ndarray]], seconds: float, repeats: int) -> dict[str, Any]:
+    """Seconds per byte of the device's side of a round's exchange, over both models' weights.
+
+    What a device does to the weights it is sent and the delta it sends back,
+    beside the training: decrypt the record layer (AES-GCM, as TLS 1.3 does,
+    through OpenSSL as the ``ssl`` module does), view the flat buffer as the
+    model's arrays, take the delta, copy it out, encrypt. The sockets' kernel
+    copies are not in it.
+    """
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from edgelab.common.wire import Flat, pack
+
+    cipher, nonce = AESGCM(bytes(32)), bytes(12)
+    per_byte = []
+    for arrays in weights:
+        layout, (flat,) = pack(arrays)  # one float32 buffer, as a round's weights travel
+        sealed = cipher.encrypt(nonce, flat.tobytes(), None)
+
+        def exchange(times: int, sealed: bytes = sealed, layout: Any = layout, flat: np.ndarray = flat) -> float:
+            start = time.perf_counter()
+            for _ in range(times):
+                received = np.frombuffer(cipher.decrypt(nonce, sealed, None), dtype=np.float32)
+                Flat(layout, (received,))  # the arrays' views a device's model takes
+                delta = received - flat
+                cipher.encrypt(nonce, delta.tobytes(), None)
+            return time.perf_counter() - start
+
+        times = 1
+        while (took := exchange(times)) < seconds / 8:
+            times *= 2
+        times = max(1, round(times * seconds / 4 / took))
+        runs = sorted(exchange(times) / times for _ in range(repeats))
+        per_byte.append(runs[len(runs) // 2] / (2 * len(sealed)))  # a round receives and sends the weights' bytes
+    return {
+        "s_per_byte": float(np.median(per_byte)),
+        "per_model": dict(zip(("mlp", "cnn"), per_byte, strict=True)),
+        "what": "AES-GCM decrypt, the arrays' views, delta, copy out, AES-GCM encrypt; per byte each way",
+    }
 
 
 if __name__ == "__main__":
