@@ -67,6 +67,7 @@ def compose(
     profile: DeviceProfile,
     speed_factor: float,
     max_in_flight: int,
+    message_s: float = 0.0,
 ) -> EmulatedStream:
     """Compose measured stage records into the stream's emulated timeline.
 
@@ -84,6 +85,10 @@ def compose(
         Device seconds per host CPU second.
     max_in_flight
         The stream's backpressure limit.
+    message_s
+        Device seconds a stage spends on each micro-batch's messages beside
+        its compute (taking its input in, handing its output on): a board's
+        per-message cost, measured where it can be (0: none charged).
 
     Returns
     -------
@@ -109,7 +114,7 @@ def compose(
             arrive = start + size / rate + latency
             for i, (stage, device) in enumerate(chain):
                 row = cost.loc[(b, stage, m)]
-                compute = float(row["cpu_s"]) * speed_factor
+                compute = float(row["cpu_s"]) * speed_factor + message_s
                 begin = max(arrive, device_free.get(device, 0.0))
                 end = begin + compute
                 device_free[device] = end
