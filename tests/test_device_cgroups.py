@@ -64,11 +64,15 @@ def proc(tmp_path: Path) -> str:
     [
         (
             dc.DeviceLimits(cpus=0.2),
-            {"cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "20000"}},
+            {"cpu": {"cpu.cfs_period_us": "10000", "cpu.cfs_quota_us": "2000"}},
+        ),
+        (  # below a tenth of a core the period grows, so the quota stays at the kernel's least 1 ms
+            dc.DeviceLimits(cpus=0.04),
+            {"cpu": {"cpu.cfs_period_us": "25000", "cpu.cfs_quota_us": "1000"}},
         ),
         (
             dc.DeviceLimits(cpus=1.5, cpu_shares=8192),
-            {"cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "150000", "cpu.shares": "8192"}},
+            {"cpu": {"cpu.cfs_period_us": "10000", "cpu.cfs_quota_us": "15000", "cpu.shares": "8192"}},
         ),
         (
             dc.DeviceLimits(memory_mb=900),
@@ -130,8 +134,8 @@ def test_groups_are_made_under_the_makers_own_group_with_the_limits_written(root
     # Assert: cpu in the root group's edgelab folder, memory under the nested one, cpuacct only counting
     cpu = root / "cpu" / "edgelab" / "elc-pi3b-0"
     assert made == [str(cpu), str(memory_group), str(root / "cpuacct" / "edgelab" / "elc-pi3b-0")]
-    assert (cpu / "cpu.cfs_quota_us").read_text() == "20000\n"
-    assert (cpu / "cpu.cfs_period_us").read_text() == "100000\n"
+    assert (cpu / "cpu.cfs_quota_us").read_text() == "2000\n"
+    assert (cpu / "cpu.cfs_period_us").read_text() == "10000\n"
     assert (cpu / "cpu.shares").read_text() == "4096\n"
     assert (memory_group / "memory.limit_in_bytes").read_text() == f"{900 * 2**20}\n"
     assert (memory_group / "memory.memsw.limit_in_bytes").read_text() == f"{900 * 2**20}\n"
@@ -158,7 +162,7 @@ def test_where_cpu_and_cpuacct_share_a_hierarchy_one_group_serves_both(tmp_path:
 
     # Assert
     assert made == [str(tmp_path / "cpu" / "edgelab" / "elc-pi3b-0")]
-    assert (shared / "edgelab" / "elc-pi3b-0" / "cpu.cfs_quota_us").read_text() == "50000\n"
+    assert (shared / "edgelab" / "elc-pi3b-0" / "cpu.cfs_quota_us").read_text() == "5000\n"
 
 
 def test_a_group_still_holding_processes_is_refused_and_nothing_made_is_left(root: Path, proc: str) -> None:
@@ -353,10 +357,10 @@ def test_limited_hosts_run_their_workers_inside_a_quota_and_down_removes_the_gro
     finally:
         sh.down(folder=state)
 
-    # Assert: the limits are recorded and written, 20 ms of every 100 ms and 1 GiB
+    # Assert: the limits are recorded and written, 2 ms of every 10 ms and 1 GiB
     assert recorded is not None and (recorded.spec.cpus, recorded.spec.memory_mb) == (0.2, 1024)
     assert sorted(recorded.cgroups) == ["pi3b-0", "pi3b-1"]
-    assert written == ["20000\n", f"{1024 * 2**20}\n"]
+    assert written == ["2000\n", f"{1024 * 2**20}\n"]
     # each worker and its nanny are in their own host's groups, the scheduler in none
     for name in by_name:
         for groups in (workers[name], nannies[name]):
