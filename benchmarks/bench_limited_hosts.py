@@ -24,6 +24,13 @@ emulated clock claims to predict: boards of that speed on that link.
    That is what the emulated cluster would give for these records
    (``edgelab.training.result``), with this set-up's topology.
 
+4. **A pipeline**: a CIFAR ResNet-20 cut into one stage per device (2 and
+   5 devices at 0.2 cores), CIFAR-10 test images streamed through in
+   micro-batches (``edgelab.pipeline.stream.run_pipeline``), against the
+   stream's emulated clock (``edgelab.emulation.stream_clock.compose``: each
+   stage's measured CPU time times the board's speed factor, this machine's
+   sustained GEMM rate over the board's, and the link for every transfer).
+
 Per configuration: measured seconds per round (``round_wall_s``), emulated
 seconds per round, their relative error (target: within 10%), and what splits
 the error: the devices' measured compute against the model's, the rest of the
@@ -65,9 +72,11 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from bench_training import host_info  # noqa: E402
 
@@ -76,9 +85,10 @@ from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
-from edgelab.emulation import timeline  # noqa: E402
+from edgelab.emulation import stream_clock, timeline  # noqa: E402
 from edgelab.emulation.device_model import for_profile  # noqa: E402
-from edgelab.emulation.profiles import DeviceProfile, get_profile  # noqa: E402
+from edgelab.emulation.profiles import DeviceProfile, get_profile, sustained_gflops  # noqa: E402
+from edgelab.pipeline.stream import StreamResult, run_pipeline  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
 from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
@@ -97,6 +107,9 @@ LINK_MBIT = 100.0  # a Pi 3B's Ethernet, tc tbf on each host's veth, both direct
 LATENCY_MS = 0.05  # veth and bridge, no delay added: what the board's profile is given as its latency
 PREFIX, SUBNET = "ell", "10.218.0.0/24"  # not the default shaped cluster's, nor the tests': theirs are left alone
 TARGET = 0.10  # |emulated - measured| / measured per configuration
+# The pipeline: a CIFAR ResNet-20 (inference) cut into one stage per device, at most this many devices
+PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
+PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 512, 16, 4  # about 10 s a stream at 0.2 cores
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 
 
@@ -160,6 +173,105 @@ def run_config(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: s
     }
 
 
+def measure_link(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str, devices: int) -> dict[str, Any]:
+    """What a round's exchange takes on these links when next to nothing is trained: the link as it delivers.
+
+    ``ROUNDS + 1`` rounds of one step each on ``devices`` hosts; per round, its
+    wall at the client less the slowest device's task and the server's
+    averaging (the first round, which also sends each channel its plan, is left
+    out). The median, and the bytes a device moved per round.
+    """
+    cfg = TrainConfig(
+        model=model, n_devices=devices, sync_every="epoch", epochs=ROUNDS + 1, batch_size=BATCH_SIZE, worker_data="full"
+    )
+    records = _train(cluster, _mnist(BATCH_SIZE), cfg).records
+    rounds = records[records["round"] > 0].groupby("round")
+    exchange = rounds["round_wall_s"].first() - rounds["wall_s"].max() - rounds["server_s"].first()
+    moved = (records["bytes_received"] + records["bytes_sent"]).median()
+    return {"exchange_s": float(exchange.median()), "bytes": float(moved)}
+
+
+def measured_link(board: DeviceProfile, link: dict[str, Any]) -> DeviceProfile:
+    """``board`` with the link rate that gives a round's exchange the time it was measured to take.
+
+    The clock charges a device's exchange two latencies plus its bytes over
+    the rate (``timeline.compose``, a link per device); the latency is kept.
+    """
+    seconds = link["exchange_s"] - 2 * board.latency_s
+    if not seconds > 0:
+        return board
+    return replace(board, link_mbps=link["bytes"] * 8 / seconds / 1e6)
+
+
+def measure_message(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 20) -> dict[str, float]:
+    """What a stream's messages cost beside their bytes: its hops as the stream makes them, with no payload.
+
+    The stream's own path (``edgelab.pipeline.stream``): a value scattered to
+    the first device, a task on it, a task on the second device that takes its
+    output, gathered back; ``repeats`` such chains one after another. Each
+    device takes one message in and hands one on per chain, as each stage does
+    per micro-batch. Returns ``latency_s``, a third of the median chain's wall
+    (three hops), and ``device_cpu_s``, the CPU the two devices' groups spent
+    per chain each (their event loops, the comms, TLS), which the board pays at
+    its own speed.
+    """
+    from edgelab.cluster.device_cluster import device_resource
+
+    first, second = cluster.devices[:2]
+    workers = cluster.client.scheduler_info()["workers"]
+    address = next(a for a, w in workers.items() if str(w["name"]) == first)
+    groups = [g for i in range(2) for g in hosts.cgroups[hosts.spec.device(i)]]
+    payload = np.zeros(16, np.float32)
+    chains = []
+    for i in range(repeats + 2):  # the first two open the comms
+        if i == 2:
+            before = sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups)
+        start = time.perf_counter()
+        [sent] = cluster.client.scatter([payload], workers=[address], direct=True, hash=False)
+        hop = cluster.client.submit(_same, sent, resources={device_resource(first): 1}, pure=False)
+        out = cluster.client.submit(_same, hop, resources={device_resource(second): 1}, pure=False)
+        out.result()
+        chains.append(time.perf_counter() - start)
+        cluster.client.cancel([sent, hop, out])
+    used_ns = sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups) - before
+    return {"latency_s": statistics.median(chains[2:]) / 3, "device_cpu_s": used_ns / 1e9 / repeats / 2}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def run_stream(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int) -> dict[str, Any]:
+    """One stream: CIFAR-10 test images through ResNet-20 cut into ``devices`` stages, one per limited host."""
+    images = _cifar(max(MICRO_BATCH, round(PIPELINE_IMAGES_AT_FIFTH * (hosts.spec.cpus or 1.0) / 0.2)))
+    groups = [g for i in range(devices) for g in hosts.cgroups[hosts.spec.device(i)]]
+    before, load0 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    result = run_pipeline(
+        cluster, _pipeline_model(), images, n_stages=devices, micro_batch=MICRO_BATCH, max_in_flight=IN_FLIGHT
+    )
+    after, load1 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    return {
+        "model": "pipeline",
+        "devices": devices,
+        "stream": result,
+        "cgroups": _cgroup_deltas(before, after),
+        "load": (load0, load1),
+    }
+
+
+@functools.cache
+def _pipeline_model() -> Any:
+    from edgelab.models.builtin import ModelSpec, build_model
+
+    return build_model(ModelSpec(PIPELINE_MODEL))
+
+
+@functools.cache
+def _cifar(images: int) -> Any:
+    data = load_dataset("cifar10", sample_limit=64, test_limit=images)
+    return data.x_test.astype("float32") / 255.0
+
+
 @functools.cache
 def _mnist(samples: int) -> Dataset:
     return load_dataset("mnist", sample_limit=samples, test_limit=256)
@@ -200,15 +312,22 @@ def _cpu_times() -> tuple[float, float, float]:
 # ------------------------------------------------------- the comparison ----
 
 
-def compare(run: TrainRun, board: DeviceProfile, cell_step_s: float | None = None) -> dict[str, Any]:
+def compare(
+    run: TrainRun, board: DeviceProfile, cell_step_s: float | None = None, link: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The run's measured seconds per round against its emulated ones, and the pieces of each.
 
     ``cell_step_s``: the board's own timed step (batch 64) for a diagnostic
-    clock with no fit residual in its compute.
+    clock with no fit residual in its compute. ``link``: the exchange as
+    measured on these links (``measure_link``); the clock then takes the
+    link's measured rate, and the nominal one is kept as ``emulated_nominal_s``.
     """
     records = run.records
     model = for_profile(board.name)
     compute = model.records_compute_s(records, str(run.config.model))
+    nominal = timeline.compose(records, board, topology=CLOCK, compute_s=compute)
+    if link is not None:
+        board = measured_link(board, link)
     emulated = timeline.compose(records, board, topology=CLOCK, compute_s=compute)
     per_round = records.groupby("round").agg(measured_s=("round_wall_s", "first"), device_s=("wall_s", "max"))
     out = {
@@ -220,13 +339,83 @@ def compare(run: TrainRun, board: DeviceProfile, cell_step_s: float | None = Non
         "emulated_comm_s": float(emulated["comm_s"].mean()),
         "server_s": float(records.groupby("round")["server_s"].first().mean()),
         "mb_per_device_round": float((records["bytes_received"] + records["bytes_sent"]).mean() / 1e6),
+        "emulated_nominal_s": float(nominal["round_s"].mean()),
+        "link_mbps": board.link_mbps,
     }
     out["measured_rest_s"] = out["measured_s"] - out["device_compute_s"]
     out["error"] = out["emulated_s"] / out["measured_s"] - 1
+    out["error_nominal"] = out["emulated_nominal_s"] / out["measured_s"] - 1
     if cell_step_s is not None:
         cells = timeline.compose(records, board, topology=CLOCK, compute_s=records["steps"].to_numpy() * cell_step_s)
         out["emulated_cell_s"] = float(cells["round_s"].mean())
         out["error_cell"] = out["emulated_cell_s"] / out["measured_s"] - 1
+    return out
+
+
+def compare_stream(
+    result: StreamResult, board: DeviceProfile, speed_factor: float, message: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """The stream's measured wall time against its emulated processing time, and what each is made of.
+
+    ``message``: the messages' cost as measured on these hosts (``measure_message``): its latency is taken
+    as the links', and each stage pays its device CPU per micro-batch at the board's speed. The clock with
+    the profile's nominal latency and no per-message cost is kept as ``emulated_nominal_s``.
+    """
+    branches = [list(chain) for chain in _branches(result)]
+    nominal = stream_clock.compose(
+        result.records,
+        result.sends,
+        branches,
+        profile=board,
+        speed_factor=speed_factor,
+        max_in_flight=result.max_in_flight,
+    )
+    device_message_s = 0.0
+    if message is not None:
+        board = replace(board, latency_s=message["latency_s"])
+        device_message_s = message["device_cpu_s"] * speed_factor
+    emulated = stream_clock.compose(
+        result.records,
+        result.sends,
+        branches,
+        profile=board,
+        speed_factor=speed_factor,
+        max_in_flight=result.max_in_flight,
+        message_s=device_message_s,
+    )
+    records = result.records
+    return {
+        "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
+        "measured_s": float(result.wall_s),
+        "emulated_s": float(emulated.processing_s),
+        # The busiest stage's measured wall inside its micro-batches, against its emulated compute.
+        "device_compute_s": float(
+            records.assign(w=records["t_end"] - records["t_start"]).groupby("stage")["w"].sum().max()
+        ),
+        "model_compute_s": float(emulated.timeline.groupby("device")["compute_s"].sum().max()),
+        "emulated_comm_s": float(emulated.timeline["transfer_s"].median()),
+        "server_s": 0.0,
+        "mb_per_device_round": float(records["bytes_out"].sum() / 1e6 / max(1, records["stage"].nunique())),
+        "measured_rest_s": float("nan"),
+        "error": float(emulated.processing_s / result.wall_s - 1),
+        "emulated_nominal_s": float(nominal.processing_s),
+        "error_nominal": float(nominal.processing_s / result.wall_s - 1),
+        "latency_ms": board.latency_s * 1e3,
+        "device_message_ms": device_message_s * 1e3,
+        "bottleneck": emulated.bottleneck,
+        "speed_factor": speed_factor,
+        "images": int(emulated.images),
+    }
+
+
+def _branches(result: StreamResult) -> list[tuple[tuple[str, str], ...]]:
+    """The placement's chains as the records show them: (stage, device) in stage order, per branch."""
+    out = []
+    for _, rows in result.records.groupby("branch", sort=True):
+        stages = rows.drop_duplicates("stage").sort_values(
+            "stage", key=lambda x: x.str.removeprefix("stage").astype(int)
+        )
+        out.append(tuple(zip(stages["stage"], stages["device"], strict=True)))
     return out
 
 
@@ -235,7 +424,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     table = pd.DataFrame(rows)
     out = []
     for (devices, cores, model), cell in table.groupby(["devices", "cores", "model"], sort=True):
-        numbers = {k: float(cell[k].median()) for k in cell.columns if k not in ("devices", "cores", "model", "repeat")}
+        numeric = cell.select_dtypes("number").columns
+        numbers = {k: float(cell[k].median()) for k in numeric if k not in ("devices", "cores", "model", "repeat")}
         numbers = {k: v for k, v in numbers.items() if v == v}  # NaN: a column this configuration lacks
         out.append(
             {
@@ -275,7 +465,13 @@ def server_group(pids: list[int]) -> Iterator[None]:
 
 
 def run_block(
-    cores: float, devices: list[int], *, repeats: int, seconds: float, given: Path | None
+    cores: float,
+    devices: list[int],
+    *,
+    repeats: int,
+    seconds: float,
+    given: Path | None,
+    kinds: tuple[str, ...] = (*MODELS, "pipeline"),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Limited hosts at ``cores`` each: a board calibrated on one of them, then the runs, interleaved.
 
@@ -299,15 +495,31 @@ def run_block(
             with server_group([os.getpid(), hosts.pids["scheduler"]]):
                 cluster = connect(max(devices), scheduler_address=hosts.scheduler_address, security=hosts.security())
                 try:
-                    for model in MODELS:  # unmeasured: each device builds and traces the model once
+                    for model in (m for m in MODELS if m in kinds):  # unmeasured: each device builds and traces it
                         warm = TrainConfig(model=model, n_devices=max(devices), worker_data="full", sync_every="epoch")
                         _train(cluster, load_dataset("mnist", sample_limit=256, test_limit=64), warm)
+                    streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
+                    if streams:  # unmeasured: each stage's model built and traced once
+                        run_pipeline(cluster, _pipeline_model(), _cifar(MICRO_BATCH * 2), n_stages=max(streams))
                     doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
                     cells = {c["model"]: c["step_s"] for c in doc["measurements"]["cells"] if c["batch_size"] == 64}
-                    configs = [(m, n) for n in devices for m in MODELS]
+                    # The stream clock's speed factor: this machine's sustained rate over the board's, both one thread.
+                    doc["host_sustained_gflops"] = sustained_gflops(seconds=seconds / 2)
+                    factor = doc["host_sustained_gflops"] / board.reference_gflops
+                    configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
+                    configs = [(m, n) for m, n in configs if m in kinds]
+                    links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
+                    doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
+                    doc["message"] = message = measure_message(cluster, hosts) if streams else None
                     for r in range(repeats):
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
-                            rows.append(_row(run_config(cluster, hosts, model, n), board, cells, cores, r))
+                            if model == "pipeline":
+                                done = run_stream(cluster, hosts, n)
+                                measured = compare_stream(done["stream"], board, factor, message)
+                            else:
+                                done = run_config(cluster, hosts, model, n)
+                                measured = compare(done["run"], board, cells.get(model), links[(model, n)])
+                            rows.append(_row(done, measured, cores, r))
                             print(_progress(rows[-1]), flush=True)
                             print("row", json.dumps(rows[-1], default=str), flush=True)  # kept if a later run fails
                 finally:
@@ -329,8 +541,8 @@ def _board(
     return doc, board
 
 
-def _row(done: dict[str, Any], board: DeviceProfile, cells: dict, cores: float, repeat: int) -> dict[str, Any]:
-    run, model = done["run"], done["model"]
+def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: int) -> dict[str, Any]:
+    model = done["model"]
     (w0, busy0, all0), (w1, busy1, all1) = done["load"]
     wall = w1 - w0
     use = done["cgroups"]
@@ -339,8 +551,8 @@ def _row(done: dict[str, Any], board: DeviceProfile, cells: dict, cores: float, 
         "cores": cores,
         "model": model,
         "repeat": repeat,
-        **compare(run, board, cells.get(model)),
-        "steps_per_round": int(run.records["steps"].iloc[0]),
+        **measured,
+        "steps_per_round": int(done["run"].records["steps"].iloc[0]) if "run" in done else 0,
         "run_wall_s": wall,
         "machine_busy_cores": (busy1 - busy0) / (all1 - all0) * (os.cpu_count() or 1) if all1 > all0 else float("nan"),
         "loadavg_1min": os.getloadavg()[0],
@@ -373,7 +585,12 @@ class _LoadSampler(threading.Thread):
 
 
 def run_benchmark(
-    *, points: list[tuple[int, float]], repeats: int, seconds: float, given: dict[float, Path] | None = None
+    *,
+    points: list[tuple[int, float]],
+    repeats: int,
+    seconds: float,
+    given: dict[float, Path] | None = None,
+    kinds: tuple[str, ...] = (*MODELS, "pipeline"),
 ) -> dict[str, Any]:
     """Calibrate a board per quota (unless ``given``), then each quota's block of runs, with the machine's load."""
     shaped_hosts.check_machine()
@@ -386,7 +603,7 @@ def run_benchmark(
     for cores in sorted({c for _, c in points}, reverse=True):
         devices = sorted(n for n, c in points if c == cores)
         boards[cores], block = run_block(
-            cores, devices, repeats=repeats, seconds=seconds, given=(given or {}).get(cores)
+            cores, devices, repeats=repeats, seconds=seconds, given=(given or {}).get(cores), kinds=kinds
         )
         rows += block
     sampler.stop.set()
@@ -400,7 +617,7 @@ def run_benchmark(
     return {
         "config": {
             "points": [list(p) for p in points],
-            "models": list(MODELS),
+            "models": [m for m in (*MODELS, "pipeline") if m in kinds],
             "repeats": repeats,
             "rounds_per_run": ROUNDS,
             "batch_size": BATCH_SIZE,
@@ -422,6 +639,7 @@ def run_benchmark(
 
 def render_markdown(results: dict[str, Any]) -> str:
     """The headline table, and the one that splits each error into its pieces."""
+    nan = float("nan")
     c, h = results["config"], results["host"]
     load = h["load_1min_during"]
     lines = [
@@ -432,19 +650,23 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{c['repeats']} interleaved repeats. Each device a shaped host: {c['link_mbit']:g} Mbit/s link (tc tbf, both "
         f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
         f"Emulated: the board calibrated inside a cgroup of the same quota, composed by `timeline.compose` "
-        f"({c['clock_topology']}). Host: {h.get('cpu_count')} CPUs, 1-minute load during the benchmark "
+        f"({c['clock_topology']}), each host's link at the rate it delivered in rounds of one step "
+        "(`measure_link`: lower than the nominal rate with more hosts, whose links, bridge and client share this "
+        "machine). Host: "
+        f"{h.get('cpu_count')} CPUs, 1-minute load during the benchmark "
         f"{load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}); {h['benchmark_wall_s'] / 60:.0f} min.",
         "",
         "| devices | cores each | cores in all | model | measured s/round | emulated s/round | error | "
-        "errors over repeats | within 10% |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "errors over repeats | within 10% | link as measured (Mbit/s) | emulated, nominal link | its error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
         lines.append(
             f"| {s['devices']} | {s['cores']:g} | {s['cores_in_all']:g} | {s['model']} | {s['measured_s']:.3f} | "
             f"{s['emulated_s']:.3f} | "
             f"{s['error']:+.1%} | {s['error_min']:+.1%} .. {s['error_max']:+.1%} | "
-            f"{'yes' if s['within_target'] else 'no'} |"
+            f"{'yes' if s['within_target'] else 'no'} | {s.get('link_mbps', nan):.1f} | "
+            f"{s.get('emulated_nominal_s', nan):.3f} | {s.get('error_nominal', nan):+.1%} |"
         )
     lines += [
         "",
@@ -458,29 +680,56 @@ def render_markdown(results: dict[str, Any]) -> str:
     for s in results["summary"]:
         lines.append(
             f"| {s['devices']} | {s['cores']:g} | {s['model']} | {s['device_compute_s']:.3f} | "
-            f"{s['model_compute_s']:.3f} | {s['measured_rest_s']:.3f} | {s['emulated_comm_s']:.3f} | "
-            f"{s['server_s']:.3f} | {s.get('emulated_cell_s', float('nan')):.3f} | "
-            f"{s.get('error_cell', float('nan')):+.1%} | {s['devices_cores_used']:.3f} | "
+            f"{s['model_compute_s']:.3f} | {s.get('measured_rest_s', nan):.3f} | {s['emulated_comm_s']:.3f} | "
+            f"{s['server_s']:.3f} | {s.get('emulated_cell_s', nan):.3f} | "
+            f"{s.get('error_cell', nan):+.1%} | {s['devices_cores_used']:.3f} | "
             f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} |"
         )
     boards = results["boards"]
+    lines += [
+        "",
+        f"The pipeline rows: a CIFAR ResNet-20 cut into one stage per device, {MICRO_BATCH}-image micro-batches, "
+        f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
+        "output back; emulated = `stream_clock.compose` (each stage's CPU time x the speed factor, each device's "
+        "CPU per message as chains of empty tasks along the stream's path measured it (`measure_message`), at the "
+        "board's speed, and the links at the profile's rate with that chain's latency per hop); their 'nominal' "
+        "clock charges no message cost. Device compute = the busiest stage's wall inside its micro-batches, "
+        "device model = its emulated compute.",
+    ]
     lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
     for cores, doc in sorted(boards.items()):
         p, fit = doc["profile"], doc["measurements"]["fit"]
         cells = ", ".join(
             f"{x['model']}/{x['batch_size']} {1e3 * x['step_s']:.2f} ms" for x in doc["measurements"]["cells"]
         )
+        terms = f"{1e3 * p['step_s']:.2f} ms per step + {p['flops_per_s'] / 1e9:.2f} GFLOP/s"
+        if p.get("dense_flops_per_s"):
+            terms += f" (dense {p['dense_flops_per_s'] / 1e9:.2f})"
+        if p.get("param_s"):
+            terms += f" + {1e9 * p['param_s']:.2f} ns per parameter per step"
+        if p.get("wire_s_per_byte"):
+            terms += f" + {1e9 * p['wire_s_per_byte']:.2f} ns per byte exchanged"
+        gemm = f"sustained GEMM {p['reference_gflops']:.2f} GFLOP/s"
+        if doc.get("host_sustained_gflops"):
+            gemm += f" (this machine's {doc['host_sustained_gflops']:.1f}: speed factor "
+            gemm += f"{doc['host_sustained_gflops'] / p['reference_gflops']:.2f})"
+        message = doc.get("message")
+        said = (
+            f"; a message chain {3e3 * message['latency_s']:.1f} ms, {1e3 * message['device_cpu_s']:.2f} ms of each "
+            "device's CPU"
+            if message
+            else ""
+        )
         lines.append(
-            f"- {cores} cores (`{p['name']}`): {1e3 * p['step_s']:.2f} ms per step + {p['flops_per_s'] / 1e9:.2f} "
-            f"GFLOP/s, fit residual {fit['relative_rms_residual']:.0%} RMS; cells {cells}; an idle host's own "
-            f"processes used {doc['idle_host_cores']:.3f} cores"
+            f"- {cores} cores (`{p['name']}`): {terms}, fit residual {fit['relative_rms_residual']:.0%} RMS; "
+            f"{gemm}; cells {cells}; an idle host's own processes used {doc['idle_host_cores']:.3f} cores{said}"
         )
     lines += [
         "",
         "Measured = each round's wall time at the client (`round_wall_s`: weights out, training, updates back, the "
         "server's averaging); device compute = the slowest device's wall inside its task. Emulated = the same "
-        "records through the emulated clock; the board's own timed step replaces the two-term fit in the diagnostic "
-        "clock. Throttled periods: CFS periods in which a device's group used up its quota.",
+        "records through the emulated clock; the board's own timed step replaces the fitted device model in the "
+        "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -503,6 +752,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CORES=FILE",
         help="use this board (written by an earlier calibration at that quota) instead of calibrating; may repeat",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=[*MODELS, "pipeline"],
+        default=[*MODELS, "pipeline"],
+        help="run only these kinds of configuration (default: all)",
+    )
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
     args = parser.parse_args(argv)
     try:
@@ -512,7 +768,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or not args.seconds > 0:
         parser.error("--repeats must be >= 1 and --seconds > 0")
     given = {float(c): Path(f) for c, f in (b.split("=", 1) for b in args.board)}
-    results = run_benchmark(points=points, repeats=args.repeats, seconds=args.seconds, given=given)
+    results = run_benchmark(
+        points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
+    )
     folder = args.out_dir or reports_dir() / "benchmarks"
     md = render_markdown(results)
     atomic_write_text(folder / "limited_hosts.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")

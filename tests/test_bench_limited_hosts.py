@@ -97,3 +97,66 @@ def test_each_configuration_is_summarized_by_its_medians_and_judged_against_the_
     assert (two["error_min"], two["error_max"], two["within_target"]) == (-0.09, 0.25, True)
     assert two["cores_in_all"] == pytest.approx(0.4)
     assert five["within_target"] is False and "emulated_s" not in five  # a column it lacks is left out
+
+
+def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(bench, board: DeviceProfile) -> None:  # type: ignore[no-untyped-def]
+    from edgelab.pipeline.stream import StreamResult
+
+    # Prepare: two stages on two devices, two micro-batches one after another (one in flight); the master sends
+    # 1 MB to stage 0, which spends 0.1 s of CPU and sends 0.5 MB on; stage 1 spends 0.2 s and sends nothing back.
+    rows = []
+    for m in range(2):
+        rows.append(
+            {
+                "branch": 0,
+                "stage": "stage0",
+                "device": "b-0",
+                "micro_batch": m,
+                "images": 1,
+                "cpu_s": 0.1,
+                "bytes_out": 500_000,
+                "t_start": 10.0 * m,
+                "t_end": 10.0 * m + 0.4,
+            }
+        )
+        rows.append(
+            {
+                "branch": 0,
+                "stage": "stage1",
+                "device": "b-1",
+                "micro_batch": m,
+                "images": 1,
+                "cpu_s": 0.2,
+                "bytes_out": 0,
+                "t_start": 10.0 * m + 1,
+                "t_end": 10.0 * m + 1.9,
+            }
+        )
+    sends = pd.DataFrame({"micro_batch": [0, 1], "branch": [0, 0], "bytes": [1_000_000] * 2})
+    empty = pd.DataFrame()
+    result = StreamResult([], pd.DataFrame(rows), sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=6.6)
+
+    # Execute: the board five times slower than this machine
+    out = bench.compare_stream(result, board, speed_factor=5.0)
+
+    # Assert: each micro-batch 1 s in, 0.5 s on stage 0, 0.5 s between the stages, 1.0 s on stage 1: 3 s, twice
+    assert out["emulated_s"] == pytest.approx(6.0)
+    assert out["measured_s"] == pytest.approx(6.6)
+    assert out["error"] == pytest.approx(6.0 / 6.6 - 1)
+    assert out["model_compute_s"] == pytest.approx(2.0)  # stage 1's two micro-batches
+    assert out["device_compute_s"] == pytest.approx(1.8)  # stage 1's measured wall, 0.9 s each
+    assert out["images"] == 2 and out["rounds"] == 2
+
+    # Each device's messages measured at 20 ms of its CPU per micro-batch: 0.1 s a stage at the speed factor
+    out = bench.compare_stream(result, board, speed_factor=5.0, message={"latency_s": 0.0, "device_cpu_s": 0.02})
+    assert out["emulated_s"] == pytest.approx(6.4) and out["emulated_nominal_s"] == pytest.approx(6.0)
+    assert out["device_message_ms"] == pytest.approx(100.0)
+
+
+def test_a_link_measured_slower_than_its_rate_slows_the_clock_by_what_it_was_measured_to_take(
+    bench, board: DeviceProfile
+) -> None:  # type: ignore[no-untyped-def]
+    # 2 MB a round took 4 s on a link of 1 MB/s: it delivers 0.5 MB/s (4 Mbit/s), the latency (0) kept.
+    slow = bench.measured_link(board, {"exchange_s": 4.0, "bytes": 2_000_000})
+    assert slow.link_mbps == pytest.approx(4.0) and slow.latency_s == board.latency_s
+    assert bench.measured_link(board, {"exchange_s": 0.0, "bytes": 2_000_000}) == board  # nothing to go by
