@@ -16,10 +16,12 @@ residual. The Pi 3B's model is fitted on the same two models, from the paper's
 two cells instead of a timer, so it has only a step cost and one rate.
 
 It also times the device's own work on a round's weights (decrypt as TLS does,
-unpack, the delta, pack, encrypt) per byte: a cost the link's rate leaves out.
+the arrays' views, the delta, encrypt) per byte: a cost the link's rate leaves out.
 
-Besides: the single-thread float32 GEMM rate (the CPU-time clocks' speed
-factor, ``edgelab.emulation.profiles.calibrate``), the cores and memory the
+Besides: the single-thread float32 GEMM rate the board sustains over windows
+of seconds (the CPU-time clocks' speed factor,
+``edgelab.emulation.profiles.calibrate``; ``sustained_gflops`` says why not the
+best single product), the cores and memory the
 board gives a process (affinity, and any cgroup CPU quota or memory limit:
 a container or a cgroup-limited host is measured as the board it is), what the
 OS holds already, and the framework's own footprint. A link cannot be measured
