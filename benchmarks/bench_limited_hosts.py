@@ -362,27 +362,24 @@ def compare_stream(
     the profile's nominal latency and no per-message cost is kept as ``emulated_nominal_s``.
     """
     branches = [list(chain) for chain in _branches(result)]
-    nominal = stream_clock.compose(
-        result.records,
-        result.sends,
-        branches,
-        profile=board,
-        speed_factor=speed_factor,
-        max_in_flight=result.max_in_flight,
-    )
+
+    def clock(profile: DeviceProfile, message_s: float) -> stream_clock.EmulatedStream:
+        return stream_clock.compose(
+            result.records,
+            result.sends,
+            branches,
+            profile=profile,
+            speed_factor=speed_factor,
+            max_in_flight=result.max_in_flight,
+            message_s=message_s,
+        )
+
+    nominal = clock(board, 0.0)
     device_message_s = 0.0
     if message is not None:
         board = replace(board, latency_s=message["latency_s"])
         device_message_s = message["device_cpu_s"] * speed_factor
-    emulated = stream_clock.compose(
-        result.records,
-        result.sends,
-        branches,
-        profile=board,
-        speed_factor=speed_factor,
-        max_in_flight=result.max_in_flight,
-        message_s=device_message_s,
-    )
+    emulated = clock(board, device_message_s)
     records = result.records
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
