@@ -166,9 +166,14 @@ def test_a_missing_board_file_is_refused_naming_device_profile(tmp_path: Path) -
 def test_calibrate_measures_this_host_and_its_profile_trains_on_a_cluster(tmp_path: Path) -> None:
     path = tmp_path / "thishost.json"
     try:
-        code = cli.main(["calibrate", "thishost", "--out", str(path), "--seconds", "0.3", "--repeats", "1"])
+        code = cli.main(["calibrate", "thishost", "--out", str(path), "--seconds", "0.3", "--repeats", "2"])
         assert code == 0
         doc = json.loads(path.read_text())
+        cells = doc["measurements"]["cells"]
+        for cell in cells:  # two repeats each, their spread beside the median
+            fast, slow = cell["all"]
+            assert fast <= slow and cell["spread"] == pytest.approx((slow - fast) / cell["step_s"])
+        assert doc["measurements"]["largest_spread"] == max(cell["spread"] for cell in cells)
         profile = get_profile(str(path))
         assert profile.step_s is not None and profile.step_s >= 0 and profile.flops_per_s > 0
         assert profile.cores >= 1 and profile.memory_mb > profile.framework_mb > 0
@@ -189,6 +194,22 @@ def test_calibrate_measures_this_host_and_its_profile_trains_on_a_cluster(tmp_pa
         assert result.board_s > float(model.compute_s("mlp", 2, 128))
     finally:
         PROFILES.pop("thishost", None)
+
+
+def test_calibration_repeats_are_interleaved_so_a_slow_spell_hits_every_cell() -> None:
+    calls: list[str] = []
+    clock = iter([2.0, 1.0, 8.0, 4.0, 4.0, 1.0])  # seconds of each call, in the order the calls come
+
+    def timer(name: str):
+        def run(steps: int) -> float:
+            calls.append(name)
+            return next(clock)
+
+        return run
+
+    times = bc.interleaved([(timer("a"), 2), (timer("b"), 4)], repeats=3)
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert times == [[1.0, 2.0, 4.0], [0.25, 0.25, 1.0]]  # seconds per step, sorted
 
 
 def test_a_round_of_several_local_epochs_pays_every_epoch_s_steps() -> None:

@@ -38,6 +38,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ from edgelab.models.costs import parameter_count, training_flops_by_class
 CELLS = (("mlp", 64), ("mlp", 32), ("mlp", 16), ("cnn", 64), ("cnn", 32), ("cnn", 16))
 #: The terms ``fit_terms`` gives, in the order of its design matrix's columns.
 TERMS = ("step_s", "param_s", "s_per_conv_flop", "s_per_dense_flop")
+#: Largest spread of a cell's repeats ((slowest - fastest) / median) a calibration on a quiet board shows.
+QUIET_SPREAD = 0.10
 #: The environment a device worker's TensorFlow runs with (one thread per pool).
 WORKER_THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -115,6 +118,7 @@ def calibrate_board(
     measurements = {
         "limits": limits,
         "cells": steps["cells"],
+        "largest_spread": max(cell["spread"] for cell in steps["cells"]),
         "fit": terms,
         "wire": steps["wire"],
         "gemm_gflops": gemm,
@@ -283,7 +287,10 @@ def _timed_steps(seconds: float, repeats: int) -> dict[str, Any]:
 
 
 def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
-    """Seconds per step of each cell: the median of ``repeats`` rounds, each as many steps as fill ``seconds``."""
+    """Seconds per step of each cell: the median of ``repeats`` rounds, each as many steps as fill ``seconds``.
+
+    The repeats are interleaved (every cell once per pass); ``spread`` is a cell's (slowest - fastest) / median.
+    """
     import psutil
     import tensorflow as tf
 
@@ -295,7 +302,7 @@ def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
     y = rng.integers(0, 10, size=4096).astype(np.int64)
     models = {name: build_model(ModelSpec(name)) for name in {m for m, _ in CELLS}}
     framework_rss_mb = psutil.Process().memory_info().rss / 2**20
-    cells = []
+    rounds = []
     for name, batch in CELLS:
         model = models[name]
         shard = Shard(x, y, channel_axis=name == "cnn")
@@ -311,13 +318,36 @@ def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
         steps = 4
         while (took := round_s(steps)) < seconds / 4:  # grow the round until it fills a quarter of the window
             steps *= 2
-        steps = max(2, round(steps * seconds / took))
-        times = sorted(round_s(steps) / steps for _ in range(repeats))
+        rounds.append((round_s, max(2, round(steps * seconds / took))))
+    cells = []
+    for (name, batch), (_, steps), timed in zip(CELLS, rounds, interleaved(rounds, repeats), strict=True):
+        median = timed[len(timed) // 2]
         cells.append(
-            {"model": name, "batch_size": batch, "steps": steps, "step_s": times[len(times) // 2], "all": times}
+            {
+                "model": name,
+                "batch_size": batch,
+                "steps": steps,
+                "step_s": median,
+                "all": timed,
+                "spread": (timed[-1] - timed[0]) / median,
+            }
         )
     wire = _time_wire([get_weights(models[name]) for name in ("mlp", "cnn")], seconds, repeats)
     return {"cells": cells, "framework_rss_mb": framework_rss_mb, "tensorflow": tf.__version__, "wire": wire}
+
+
+def interleaved(rounds: list[tuple[Callable[[int], float], int]], repeats: int) -> list[list[float]]:
+    """Each round's seconds per step over ``repeats`` passes, sorted; a pass times every round once, in order.
+
+    ``rounds`` are ``(timer, steps)``: ``timer(steps)`` runs that many steps and returns their seconds.
+    Interleaved, a slow spell of the machine lands on every cell alike instead of on one cell's
+    repeats, where it would bend the fit.
+    """
+    times: list[list[float]] = [[] for _ in rounds]
+    for _ in range(repeats):
+        for timed, (timer, steps) in zip(times, rounds, strict=True):
+            timed.append(timer(steps) / steps)
+    return [sorted(timed) for timed in times]
 
 
 def _time_wire(weights: list[list[np.ndarray]], seconds: float, repeats: int) -> dict[str, Any]:
