@@ -363,7 +363,7 @@ def compare_stream(
     """
     branches = [list(chain) for chain in _branches(result)]
 
-    def clock(profile: DeviceProfile, message_s: float) -> stream_clock.EmulatedStream:
+    def clock(profile: DeviceProfile, message_s: float, cpu_column: str) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
             result.records,
             result.sends,
@@ -372,14 +372,18 @@ def compare_stream(
             speed_factor=speed_factor,
             max_in_flight=result.max_in_flight,
             message_s=message_s,
+            cpu_column=cpu_column,
         )
 
-    nominal = clock(board, 0.0)
-    device_message_s = 0.0
+    # The nominal clock charges a stage its process's CPU, the comms' work in it; with the messages
+    # measured, their cost is charged per message instead, and a stage its computing threads' CPU alone.
+    nominal = clock(board, 0.0, "cpu_s")
+    device_message_s, cpu_column = 0.0, "cpu_s"
     if message is not None:
         board = replace(board, latency_s=message["latency_s"])
         device_message_s = message["device_cpu_s"] * speed_factor
-    emulated = clock(board, device_message_s)
+        cpu_column = "compute_cpu_s"
+    emulated = clock(board, device_message_s, cpu_column)
     records = result.records
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column

@@ -56,6 +56,9 @@ def test_pipelined_outputs_equal_the_unsplit_model(cluster: DeviceCluster, image
     # Bytes passed on are the activations really sent: stage 1's output for 50 images
     first = cut.stages[0]
     assert result.records[result.records["stage"] == "stage-1"]["bytes_out"].sum() == 50 * first.output_bytes
+    # The computing threads' CPU is part of the process's
+    assert (result.records["compute_cpu_s"] > 0).all()
+    assert (result.records["compute_cpu_s"] <= result.records["cpu_s"] + 1e-3).all()
 
 
 def test_ensemble_sends_every_input_to_every_member(cluster: DeviceCluster, images: np.ndarray) -> None:

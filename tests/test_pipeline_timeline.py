@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import get_profile
 from edgelab.emulation.stream_clock import compose, speedup_bound
 
@@ -53,6 +54,16 @@ def test_the_speed_factor_scales_compute_and_the_link_adds_bytes_over_its_rate()
     emu = compose(records, sends, [[("a", "d0")]], profile=slow, speed_factor=4.0, max_in_flight=1)
     # Assert: in 0.1 s, compute 2 s, out 1 s + 0.1 s
     assert emu.processing_s == pytest.approx(0.1 + 2.0 + 1.0 + 0.1)
+
+
+def test_a_clock_that_charges_messages_takes_the_computing_threads_cpu_and_an_unknown_column_is_refused() -> None:
+    records, sends = _records({"a": 1.0}, 2)
+    records["compute_cpu_s"] = 0.75  # the rest of the process's 1 s: its comms, paid per message instead
+    kwargs = {"profile": FAST, "speed_factor": 1.0, "max_in_flight": 1}
+    emu = compose(records, sends, [[("a", "d0")]], message_s=0.25, cpu_column="compute_cpu_s", **kwargs)
+    assert emu.processing_s == pytest.approx(2 * (0.75 + 0.25))
+    with pytest.raises(ConfigError, match="cpu_column"):
+        compose(records, sends, [[("a", "d0")]], cpu_column="wall_s", **kwargs)
 
 
 def test_speedup_bound_is_sum_over_max() -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import DeviceProfile
 
 MASTER = "master"
@@ -68,6 +69,7 @@ def compose(
     speed_factor: float,
     max_in_flight: int,
     message_s: float = 0.0,
+    cpu_column: str = "cpu_s",
 ) -> EmulatedStream:
     """Compose measured stage records into the stream's emulated timeline.
 
@@ -89,12 +91,19 @@ def compose(
         Device seconds a stage spends on each micro-batch's messages beside
         its compute (taking its input in, handing its output on): a board's
         per-message cost, measured where it can be (0: none charged).
+    cpu_column
+        The records' column of a stage's host CPU seconds: ``cpu_s``, its
+        process's (the comms' work meanwhile included), or ``compute_cpu_s``,
+        its computing threads' alone, for a clock that charges the messages
+        through ``message_s`` (else they would be paid twice).
 
     Returns
     -------
     EmulatedStream
         Per-row times and the stream's totals on the emulated clock.
     """
+    if cpu_column not in records:
+        raise ConfigError("cpu_column", cpu_column, "a column of the stream's records: cpu_s or compute_cpu_s")
     rate, latency = profile.link_bytes_per_s, profile.latency_s
     cost = records.set_index(["branch", "stage", "micro_batch"])
     send_bytes = sends.drop_duplicates(["micro_batch", "branch"]).set_index(["micro_batch", "branch"])["bytes"]
@@ -114,7 +123,7 @@ def compose(
             arrive = start + size / rate + latency
             for i, (stage, device) in enumerate(chain):
                 row = cost.loc[(b, stage, m)]
-                compute = float(row["cpu_s"]) * speed_factor + message_s
+                compute = float(row[cpu_column]) * speed_factor + message_s
                 begin = max(arrive, device_free.get(device, 0.0))
                 end = begin + compute
                 device_free[device] = end

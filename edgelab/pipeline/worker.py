@@ -4,8 +4,9 @@ A stage (a slice of a model's layers, or a whole model for the single-device
 and ensemble baselines) arrives once as its Keras config and numpy weights,
 is rebuilt and traced on the device, and is kept in the device's runtime
 (``edgelab.runtime.plugin.DeviceRuntime.stages``) until the run is released. Each
-micro-batch task measures what the device did: the CPU time of its process,
-host wall start and end, and the bytes it received and passed on. Activations travel
+micro-batch task measures what the device did: the CPU time of its process
+and, within it, of its computing threads (``edgelab.common.compute_cpu``), host
+wall start and end, and the bytes it received and passed on. Activations travel
 worker to worker with their records, and only the last stage's come back.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgelab.common import process_memory
+from edgelab.common.compute_cpu import compute_cpu_ns
 from edgelab.runtime.plugin import current
 from edgelab.runtime.protocol import StateMissingError
 
@@ -100,9 +102,9 @@ def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[
     held = rt.stages.get((run_id, stage))
     if held is None:
         raise StageMissingError(rt.device, run_id, stage)
-    t_start, cpu0 = time.time(), time.process_time()
+    t_start, cpu0, compute0 = time.time(), time.process_time(), compute_cpu_ns()
     out = held.predict(np.asarray(x, np.float32)).numpy()  # (B, ...) activations, float32
-    cpu_s, t_end = time.process_time() - cpu0, time.time()
+    cpu_s, compute1, t_end = time.process_time() - cpu0, compute_cpu_ns(), time.time()
     rt.bytes_received += int(x.nbytes)
     rt.bytes_sent += int(out.nbytes)
     record = {
@@ -114,6 +116,8 @@ def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[
         "t_start": t_start,
         "t_end": t_end,
         "cpu_s": cpu_s,
+        # The computing threads' share of cpu_s (the rest: the worker's comms meanwhile).
+        "compute_cpu_s": cpu_s if compute0 is None or compute1 is None else (compute1 - compute0) / 1e9,
         "bytes_in": int(x.nbytes),
         "bytes_out": int(out.nbytes),
     }
