@@ -110,6 +110,8 @@ TARGET = 0.10  # |emulated - measured| / measured per configuration
 # The pipeline: a CIFAR ResNet-20 (inference) cut into one stage per device, at most this many devices
 PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
 PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 512, 16, 4  # about 10 s a stream at 0.2 cores
+#: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (32 x 32 x 16 floats).
+HOP_PAYLOAD_BYTES = MICRO_BATCH * 32 * 32 * 16 * 4
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 
 
@@ -203,8 +205,10 @@ def measured_link(board: DeviceProfile, link: dict[str, Any]) -> DeviceProfile:
     return replace(board, link_mbps=link["bytes"] * 8 / seconds / 1e6)
 
 
-def measure_message(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 20) -> dict[str, float]:
-    """What a stream's messages cost beside their bytes: its hops as the stream makes them, with no payload.
+def measure_message(
+    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 20, payload_bytes: int = 64
+) -> dict[str, float]:
+    """What a stream's messages cost: its hops as the stream makes them, carrying ``payload_bytes`` each.
 
     The stream's own path (``edgelab.pipeline.stream``): a value scattered to
     the first device, a task on it, a task on the second device that takes its
@@ -221,7 +225,7 @@ def measure_message(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, 
     workers = cluster.client.scheduler_info()["workers"]
     address = next(a for a, w in workers.items() if str(w["name"]) == first)
     groups = [g for i in range(2) for g in hosts.cgroups[hosts.spec.device(i)]]
-    payload = np.zeros(16, np.float32)
+    payload = np.zeros(max(1, payload_bytes // 4), np.float32)
     chains = []
     for i in range(repeats + 2):  # the first two open the comms
         if i == 2:
@@ -234,7 +238,21 @@ def measure_message(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, 
         chains.append(time.perf_counter() - start)
         cluster.client.cancel([sent, hop, out])
     used_ns = sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups) - before
-    return {"latency_s": statistics.median(chains[2:]) / 3, "device_cpu_s": used_ns / 1e9 / repeats / 2}
+    return {
+        "latency_s": statistics.median(chains[2:]) / 3,
+        "device_cpu_s": used_ns / 1e9 / repeats / 2,
+        "payload_bytes": int(payload.nbytes),
+    }
+
+
+def hop_rate(empty: dict[str, float], loaded: dict[str, float]) -> float | None:
+    """Bits per second a stream's hop delivers: the payload over the time it adds to a hop; None if it adds none.
+
+    ``empty`` and ``loaded``: ``measure_message`` with a token payload and with a micro-batch's activations.
+    """
+    added = loaded["latency_s"] - empty["latency_s"]
+    carried = loaded["payload_bytes"] - empty["payload_bytes"]
+    return 8 * carried / added if added > 0 and carried > 0 else None
 
 
 def _same(value: Any) -> Any:
@@ -329,12 +347,15 @@ def compare(
     if link is not None:
         board = measured_link(board, link)
     emulated = timeline.compose(records, board, topology=CLOCK, compute_s=compute)
-    per_round = records.groupby("round").agg(measured_s=("round_wall_s", "first"), device_s=("wall_s", "max"))
+    per_round = records.groupby("round").agg(
+        measured_s=("round_wall_s", "first"), device_s=("wall_s", "max"), device_mean_s=("wall_s", "mean")
+    )
     out = {
         "rounds": len(per_round),
         "measured_s": float(per_round["measured_s"].mean()),
         "emulated_s": float(emulated["round_s"].mean()),
         "device_compute_s": float(per_round["device_s"].mean()),  # measured inside the slowest device's task
+        "device_compute_mean_s": float(per_round["device_mean_s"].mean()),  # and the devices' mean
         "model_compute_s": float(emulated["compute_max_s"].mean()),
         "emulated_comm_s": float(emulated["comm_s"].mean()),
         "server_s": float(records.groupby("round")["server_s"].first().mean()),
@@ -381,6 +402,8 @@ def compare_stream(
     device_message_s, cpu_column = 0.0, "cpu_s"
     if message is not None:
         board = replace(board, latency_s=message["latency_s"])
+        if message.get("hop_mbps"):  # the links at the rate a hop delivered a micro-batch's activations
+            board = replace(board, link_mbps=message["hop_mbps"])
         device_message_s = message["device_cpu_s"] * speed_factor
         cpu_column = "compute_cpu_s"
     emulated = clock(board, device_message_s, cpu_column)
@@ -511,7 +534,13 @@ def run_block(
                     configs = [(m, n) for m, n in configs if m in kinds]
                     links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
                     doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
-                    doc["message"] = message = measure_message(cluster, hosts) if streams else None
+                    message = None
+                    if streams:
+                        message = measure_message(cluster, hosts)
+                        loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
+                        rate = hop_rate(message, loaded)
+                        message |= {"loaded": loaded, "hop_mbps": rate / 1e6 if rate else None}
+                    doc["message"] = message
                     for r in range(repeats):
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
                             if model == "pipeline":
@@ -673,15 +702,16 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         "Where the difference is (seconds per round, medians):",
         "",
-        "| devices | cores | model | device compute (measured) | device model | rest of round (measured) | "
-        "link (clock) | server | clock with the board's own timed step | its error | cores used per device | "
-        "throttled periods | machine busy cores |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| devices | cores | model | device compute (measured) | devices' mean compute (measured) | device model | "
+        "rest of round (measured) | link (clock) | server | clock with the board's own timed step | its error | "
+        "cores used per device | throttled periods | machine busy cores |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
         lines.append(
             f"| {s['devices']} | {s['cores']:g} | {s['model']} | {s['device_compute_s']:.3f} | "
-            f"{s['model_compute_s']:.3f} | {s.get('measured_rest_s', nan):.3f} | {s['emulated_comm_s']:.3f} | "
+            f"{s.get('device_compute_mean_s', nan):.3f} | {s['model_compute_s']:.3f} | "
+            f"{s.get('measured_rest_s', nan):.3f} | {s['emulated_comm_s']:.3f} | "
             f"{s['server_s']:.3f} | {s.get('emulated_cell_s', nan):.3f} | "
             f"{s.get('error_cell', nan):+.1%} | {s['devices_cores_used']:.3f} | "
             f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} |"
@@ -691,11 +721,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         f"The pipeline rows: a CIFAR ResNet-20 cut into one stage per device, {MICRO_BATCH}-image micro-batches, "
         f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
-        "output back; emulated = `stream_clock.compose` (each stage's CPU time x the speed factor, each device's "
-        "CPU per message as chains of empty tasks along the stream's path measured it (`measure_message`), at the "
-        "board's speed, and the links at the profile's rate with that chain's latency per hop); their 'nominal' "
-        "clock charges no message cost. Device compute = the busiest stage's wall inside its micro-batches, "
-        "device model = its emulated compute.",
+        "output back; emulated = `stream_clock.compose` (each stage's computing threads' CPU time x the speed "
+        "factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
+        "(`measure_message`), at the board's speed, and the links at the rate the same chains delivered carrying a "
+        f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop), with the empty chain's latency per "
+        "hop); their 'nominal' clock charges each stage its process's CPU time, no message cost, and the "
+        "profile's link. Device compute = the busiest stage's wall inside its micro-batches, device model = its "
+        "emulated compute.",
     ]
     lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
     for cores, doc in sorted(boards.items()):
@@ -718,6 +750,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         said = (
             f"; a message chain {3e3 * message['latency_s']:.1f} ms, {1e3 * message['device_cpu_s']:.2f} ms of each "
             "device's CPU"
+            + (
+                f"; carrying {message['loaded']['payload_bytes'] / 2**20:g} MiB a hop, "
+                f"{3e3 * message['loaded']['latency_s']:.1f} ms and {1e3 * message['loaded']['device_cpu_s']:.2f} ms: "
+                f"a hop delivers {message['hop_mbps'] or float('nan'):.1f} Mbit/s"
+                if message.get("loaded")
+                else ""
+            )
             if message
             else ""
         )
@@ -728,7 +767,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "Measured = each round's wall time at the client (`round_wall_s`: weights out, training, updates back, the "
-        "server's averaging); device compute = the slowest device's wall inside its task. Emulated = the same "
+        "server's averaging); device compute = the slowest device's wall inside its task (beside it, the devices' "
+        "mean: the gap is the round waiting for its slowest device). Emulated = the same "
         "records through the emulated clock; the board's own timed step replaces the fitted device model in the "
         "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota.",
     ]

@@ -156,6 +156,18 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["emulated_s"] == pytest.approx(5.8) and out["emulated_nominal_s"] == pytest.approx(6.0)
     assert out["device_message_ms"] == pytest.approx(100.0)
 
+    # Hops measured to deliver 4 Mbit/s (0.5 MB/s), half the profile's rate: each transfer takes twice as long
+    slow_hops = {"latency_s": 0.0, "device_cpu_s": 0.02, "hop_mbps": 4.0}
+    out = bench.compare_stream(result, board, speed_factor=5.0, message=slow_hops)
+    assert out["emulated_s"] == pytest.approx(2 * (2.0 + 0.5 + 1.0 + 0.9))
+
+
+def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
+    empty = {"latency_s": 0.010, "payload_bytes": 64}
+    loaded = {"latency_s": 0.110, "payload_bytes": 1_250_064}
+    assert bench.hop_rate(empty, loaded) == pytest.approx(100e6)  # 1.25 MB in 0.1 s more
+    assert bench.hop_rate(empty, {"latency_s": 0.009, "payload_bytes": 1_250_064}) is None  # no time added
+
 
 def test_a_link_measured_slower_than_its_rate_slows_the_clock_by_what_it_was_measured_to_take(
     bench, board: DeviceProfile
