@@ -255,6 +255,15 @@ def hop_rate(empty: dict[str, float], loaded: dict[str, float]) -> float | None:
     return 8 * carried / added if added > 0 and carried > 0 else None
 
 
+def cpu_per_byte(empty: dict[str, float], loaded: dict[str, float]) -> float:
+    """A device's CPU seconds per byte it takes in or hands on: each takes the payload in and hands it on once a chain.
+
+    ``empty`` and ``loaded`` as for ``hop_rate``; 0 when the payload cost no more CPU than the token.
+    """
+    added = loaded["device_cpu_s"] - empty["device_cpu_s"]
+    return max(0.0, added / (2 * (loaded["payload_bytes"] - empty["payload_bytes"])))
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -384,7 +393,9 @@ def compare_stream(
     """
     branches = [list(chain) for chain in _branches(result)]
 
-    def clock(profile: DeviceProfile, message_s: float, cpu_column: str) -> stream_clock.EmulatedStream:
+    def clock(
+        profile: DeviceProfile, message_s: float, cpu_column: str, per_byte: float = 0.0
+    ) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
             result.records,
             result.sends,
@@ -392,7 +403,7 @@ def compare_stream(
             profile=profile,
             speed_factor=speed_factor,
             max_in_flight=result.max_in_flight,
-            message_s=message_s,
+            messages=stream_clock.MessageCost(message_s, per_byte),
             cpu_column=cpu_column,
         )
 
@@ -406,7 +417,9 @@ def compare_stream(
             board = replace(board, link_mbps=message["hop_mbps"])
         device_message_s = message["device_cpu_s"] * speed_factor
         cpu_column = "compute_cpu_s"
-    emulated = clock(board, device_message_s, cpu_column)
+    # Each byte a stage takes in and hands on costs its device CPU too (TLS, framing, the socket), at the board's speed.
+    per_byte = (message or {}).get("cpu_s_per_byte", 0.0) * speed_factor
+    emulated = clock(board, device_message_s, cpu_column, per_byte)
     records = result.records
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
@@ -426,6 +439,7 @@ def compare_stream(
         "error_nominal": float(nominal.processing_s / result.wall_s - 1),
         "latency_ms": board.latency_s * 1e3,
         "device_message_ms": device_message_s * 1e3,
+        "device_ns_per_byte": per_byte * 1e9,
         "bottleneck": emulated.bottleneck,
         "speed_factor": speed_factor,
         "images": int(emulated.images),
@@ -539,7 +553,11 @@ def run_block(
                         message = measure_message(cluster, hosts)
                         loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
                         rate = hop_rate(message, loaded)
-                        message |= {"loaded": loaded, "hop_mbps": rate / 1e6 if rate else None}
+                        message |= {
+                            "loaded": loaded,
+                            "hop_mbps": rate / 1e6 if rate else None,
+                            "cpu_s_per_byte": cpu_per_byte(message, loaded),
+                        }
                     doc["message"] = message
                     for r in range(repeats):
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
@@ -723,10 +741,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
         "output back; emulated = `stream_clock.compose` (each stage's computing threads' CPU time x the speed "
         "factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
-        "(`measure_message`), at the board's speed, and the links at the rate the same chains delivered carrying a "
-        f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop), with the empty chain's latency per "
-        "hop); their 'nominal' clock charges each stage its process's CPU time, no message cost, and the "
-        "profile's link. Device compute = the busiest stage's wall inside its micro-batches, device model = its "
+        "(`measure_message`) and the CPU per byte the same chains added carrying a micro-batch's activations "
+        f"({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop) on each byte a stage takes in and hands on, both at the board's "
+        "speed, and the links at the rate those chains delivered, with the empty chain's latency per hop); their "
+        "'nominal' clock charges each stage its process's CPU time, no message cost, and the profile's link. "
+        "Device compute = the busiest stage's wall inside its micro-batches, device model = its "
         "emulated compute.",
     ]
     lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]

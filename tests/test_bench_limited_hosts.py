@@ -115,6 +115,7 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
                 "images": 1,
                 "cpu_s": 0.1,
                 "compute_cpu_s": 0.08,  # the rest: the worker's comms meanwhile
+                "bytes_in": 1_000_000,
                 "bytes_out": 500_000,
                 "t_start": 10.0 * m,
                 "t_end": 10.0 * m + 0.4,
@@ -129,6 +130,7 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
                 "images": 1,
                 "cpu_s": 0.2,
                 "compute_cpu_s": 0.16,
+                "bytes_in": 500_000,
                 "bytes_out": 0,
                 "t_start": 10.0 * m + 1,
                 "t_end": 10.0 * m + 1.9,
@@ -161,12 +163,26 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     out = bench.compare_stream(result, board, speed_factor=5.0, message=slow_hops)
     assert out["emulated_s"] == pytest.approx(2 * (2.0 + 0.5 + 1.0 + 0.9))
 
+    # And 20 ns of host CPU per byte in and out (100 ns at the speed factor): stage 0 takes 1 MB in and hands
+    # 0.5 MB on (+0.15 s), stage 1 takes 0.5 MB in (+0.05 s)
+    priced = {"latency_s": 0.0, "device_cpu_s": 0.02, "cpu_s_per_byte": 20e-9}
+    out = bench.compare_stream(result, board, speed_factor=5.0, message=priced)
+    assert out["emulated_s"] == pytest.approx(2 * (1.0 + 0.65 + 0.5 + 0.95))
+    assert out["device_ns_per_byte"] == pytest.approx(100.0)
+
 
 def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
     empty = {"latency_s": 0.010, "payload_bytes": 64}
     loaded = {"latency_s": 0.110, "payload_bytes": 1_250_064}
     assert bench.hop_rate(empty, loaded) == pytest.approx(100e6)  # 1.25 MB in 0.1 s more
     assert bench.hop_rate(empty, {"latency_s": 0.009, "payload_bytes": 1_250_064}) is None  # no time added
+
+
+def test_a_device_s_cpu_per_byte_counts_the_payload_in_and_on_once_each(bench) -> None:  # type: ignore[no-untyped-def]
+    empty = {"device_cpu_s": 0.005, "payload_bytes": 64}
+    loaded = {"device_cpu_s": 0.030, "payload_bytes": 1_000_064}
+    assert bench.cpu_per_byte(empty, loaded) == pytest.approx(0.025 / 2e6)
+    assert bench.cpu_per_byte(empty, {"device_cpu_s": 0.004, "payload_bytes": 1_000_064}) == 0.0
 
 
 def test_a_link_measured_slower_than_its_rate_slows_the_clock_by_what_it_was_measured_to_take(

@@ -9,7 +9,7 @@ import pytest
 
 from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import get_profile
-from edgelab.emulation.stream_clock import compose, speedup_bound
+from edgelab.emulation.stream_clock import MessageCost, compose, speedup_bound
 
 # A link so fast that transfers cost nothing, and no latency: only compute counts.
 FAST = dataclasses.replace(get_profile("pi4b"), link_mbps=1e12, latency_s=0.0)
@@ -60,8 +60,13 @@ def test_a_clock_that_charges_messages_takes_the_computing_threads_cpu_and_an_un
     records, sends = _records({"a": 1.0}, 2)
     records["compute_cpu_s"] = 0.75  # the rest of the process's 1 s: its comms, paid per message instead
     kwargs = {"profile": FAST, "speed_factor": 1.0, "max_in_flight": 1}
-    emu = compose(records, sends, [[("a", "d0")]], message_s=0.25, cpu_column="compute_cpu_s", **kwargs)
+    emu = compose(records, sends, [[("a", "d0")]], messages=MessageCost(0.25), cpu_column="compute_cpu_s", **kwargs)
     assert emu.processing_s == pytest.approx(2 * (0.75 + 0.25))
+    # and 1 ns of device time per byte taken in and handed on: 1 MB in, 0.5 MB on, 1.5 ms more a micro-batch
+    records["bytes_in"], records["bytes_out"] = 1_000_000, 500_000
+    per_byte = MessageCost(per_byte_s=1e-9)
+    emu = compose(records, sends, [[("a", "d0")]], messages=per_byte, cpu_column="compute_cpu_s", **kwargs)
+    assert emu.processing_s == pytest.approx(2 * (0.75 + 0.0015))
     with pytest.raises(ConfigError, match="cpu_column"):
         compose(records, sends, [[("a", "d0")]], cpu_column="wall_s", **kwargs)
 

@@ -60,6 +60,25 @@ class EmulatedStream:
         }
 
 
+@dataclass(frozen=True)
+class MessageCost:
+    """Device seconds a stage spends on a micro-batch's messages: taking its input in, handing its output on.
+
+    ``per_message_s`` whatever their size (the event loop, the task's bookkeeping), ``per_byte_s`` on each
+    byte in and out (TLS, framing, the socket).
+    """
+
+    per_message_s: float = 0.0
+    per_byte_s: float = 0.0
+
+    def seconds(self, row: Any) -> float:
+        """What one stage's record (``bytes_in``, ``bytes_out``) costs its device in messages."""
+        cost = self.per_message_s
+        if self.per_byte_s:
+            cost += self.per_byte_s * (float(row["bytes_in"]) + float(row["bytes_out"]))
+        return cost
+
+
 def compose(
     records: pd.DataFrame,
     sends: pd.DataFrame,
@@ -68,7 +87,7 @@ def compose(
     profile: DeviceProfile,
     speed_factor: float,
     max_in_flight: int,
-    message_s: float = 0.0,
+    messages: MessageCost | None = None,
     cpu_column: str = "cpu_s",
 ) -> EmulatedStream:
     """Compose measured stage records into the stream's emulated timeline.
@@ -87,21 +106,21 @@ def compose(
         Device seconds per host CPU second.
     max_in_flight
         The stream's backpressure limit.
-    message_s
-        Device seconds a stage spends on each micro-batch's messages beside
-        its compute (taking its input in, handing its output on): a board's
-        per-message cost, measured where it can be (0: none charged).
+    messages
+        What each micro-batch's messages cost a stage's device beside its
+        compute (default: nothing), measured where it can be.
     cpu_column
         The records' column of a stage's host CPU seconds: ``cpu_s``, its
         process's (the comms' work meanwhile included), or ``compute_cpu_s``,
         its computing threads' alone, for a clock that charges the messages
-        through ``message_s`` (else they would be paid twice).
+        through ``messages`` (else they would be paid twice).
 
     Returns
     -------
     EmulatedStream
         Per-row times and the stream's totals on the emulated clock.
     """
+    messages = messages or MessageCost()
     if cpu_column not in records:
         raise ConfigError("cpu_column", cpu_column, "a column of the stream's records: cpu_s or compute_cpu_s")
     rate, latency = profile.link_bytes_per_s, profile.latency_s
@@ -123,7 +142,7 @@ def compose(
             arrive = start + size / rate + latency
             for i, (stage, device) in enumerate(chain):
                 row = cost.loc[(b, stage, m)]
-                compute = float(row[cpu_column]) * speed_factor + message_s
+                compute = float(row[cpu_column]) * speed_factor + messages.seconds(row)
                 begin = max(arrive, device_free.get(device, 0.0))
                 end = begin + compute
                 device_free[device] = end
