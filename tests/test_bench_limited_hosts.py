@@ -163,11 +163,12 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     out = bench.compare_stream(result, board, speed_factor=5.0, message=slow_hops)
     assert out["emulated_s"] == pytest.approx(2 * (2.0 + 0.5 + 1.0 + 0.9))
 
-    # And 20 ns of host CPU per byte in and out (100 ns at the speed factor): stage 0 takes 1 MB in and hands
-    # 0.5 MB on (+0.15 s), stage 1 takes 0.5 MB in (+0.05 s)
+    # And 20 ns of host CPU per byte in and out (100 ns at the speed factor), in the second clock only: stage 0
+    # takes 1 MB in and hands 0.5 MB on (+0.15 s), stage 1 takes 0.5 MB in (+0.05 s)
     priced = {"latency_s": 0.0, "device_cpu_s": 0.02, "cpu_s_per_byte": 20e-9}
     out = bench.compare_stream(result, board, speed_factor=5.0, message=priced)
-    assert out["emulated_s"] == pytest.approx(2 * (1.0 + 0.65 + 0.5 + 0.95))
+    assert out["emulated_s"] == pytest.approx(5.8)
+    assert out["emulated_per_byte_s"] == pytest.approx(2 * (1.0 + 0.65 + 0.5 + 0.95))
     assert out["device_ns_per_byte"] == pytest.approx(100.0)
 
 
