@@ -68,6 +68,39 @@ def test_addresses_and_rates_come_from_the_spec() -> None:
     assert sh._tbf(10.0)[3] == "3028"
 
 
+def test_a_cluster_that_does_not_come_up_says_which_devices_are_missing_and_what_they_logged(tmp_path: Path) -> None:
+    # A real scheduler no worker joins, and a worker that ran and is still running: the error must carry its
+    # words, since the logs folder goes when the caller's state folder does.
+    import subprocess
+    import sys
+
+    from distributed import LocalCluster
+
+    (tmp_path / "pi3b-0.log").write_text("starting\nWaiting to connect to: tls://10.1.2.3:8786\n")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as scheduler:
+            hosts = sh.ShapedHosts(
+                sh.HostsSpec(devices=2),
+                scheduler.scheduler_address,
+                "none",
+                pids={"pi3b-0": sleeper.pid},
+                logs=str(tmp_path),
+            )
+            with pytest.raises(ClusterError) as caught:
+                sh._wait_for_workers(hosts, timeout_s=1.0)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    message = str(caught.value)
+    assert "not joined: pi3b-0, pi3b-1" in message
+    assert "starting | Waiting to connect to: tls://10.1.2.3:8786" in message
+    assert "pi3b-1 wrote no log" in message
+    # And a device whose process has gone is named at once, with its last words.
+    with pytest.raises(ClusterError, match=r"pi3b-0 exited while starting; .*Waiting to connect"):
+        sh._wait_for_workers(hosts, timeout_s=30.0)
+
+
 @pytest.fixture
 def state() -> Iterator[Path]:
     """A state folder as ``up`` wants it (root's, 0755) that the cluster's user can reach: not in pytest's 0700 tree."""

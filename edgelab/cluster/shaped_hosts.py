@@ -611,15 +611,17 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
     from distributed import Client
 
     deadline = time.monotonic() + timeout_s
+    joined: set[str] = set()  # the devices' names the scheduler last listed
     while True:
-        for name, pid in hosts.pids.items():
-            if not _alive(pid):
-                log = Path(hosts.logs) / f"{name}.log"
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-                raise ClusterError(f"{name} exited while starting; its log {log} ends: {' | '.join(tail)}")
+        _check_alive(hosts)
         try:
             with Client(hosts.scheduler_address, timeout=5, security=hosts.security()) as client:
-                client.wait_for_workers(hosts.spec.devices, timeout=max(1.0, deadline - time.monotonic()))
+                while len(joined) < hosts.spec.devices:
+                    _check_alive(hosts)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{len(joined)} of {hosts.spec.devices} workers joined")
+                    joined = {w["name"] for w in client.scheduler_info()["workers"].values()}
+                    time.sleep(0.1)
                 # A worker registers before its nanny has finished starting; killed in that gap, the
                 # nanny takes it for a failed start and exits instead of restarting it.
                 while not all(status == "running" for status in client.run(_nanny_status, nanny=True).values()):
@@ -629,10 +631,31 @@ def _wait_for_workers(hosts: ShapedHosts, timeout_s: float) -> None:
                 return
         except (OSError, TimeoutError) as exc:
             if time.monotonic() > deadline:
+                # The logs folder goes with the caller's state folder: what the missing devices said is kept here.
+                missing = [
+                    hosts.spec.device(i) for i in range(hosts.spec.devices) if hosts.spec.device(i) not in joined
+                ]
+                said = "; ".join(_log_tail(hosts, name) for name in [*missing, *(f"relay-{m}" for m in missing)])
                 raise ClusterError(
-                    f"the shaped cluster did not come up within {timeout_s:.0f} s ({exc}); logs in {hosts.logs}"
+                    f"the shaped cluster did not come up within {timeout_s:.0f} s ({exc}); "
+                    f"not joined: {', '.join(missing) or 'none'}; {said}; logs in {hosts.logs}"
                 ) from exc
             time.sleep(0.5)
+
+
+def _check_alive(hosts: ShapedHosts) -> None:
+    for name, pid in hosts.pids.items():
+        if not _alive(pid):
+            raise ClusterError(f"{name} exited while starting; {_log_tail(hosts, name)}")
+
+
+def _log_tail(hosts: ShapedHosts, name: str, lines: int = 6) -> str:
+    """The last ``lines`` lines of process ``name``'s log, joined on one line for an error message."""
+    log = Path(hosts.logs) / f"{name}.log"
+    if not log.exists():
+        return f"{name} wrote no log"
+    tail = log.read_text(errors="replace").strip().splitlines()[-lines:]
+    return f"{name}'s log {log} ends: {' | '.join(tail)}"
 
 
 def _nanny_status(dask_worker: Any) -> str:
