@@ -318,14 +318,19 @@ def _train(cluster: DeviceCluster, dataset: Dataset, cfg: TrainConfig, *, timeou
 
 
 def _cgroup_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, int]:
-    """What the devices' groups counted during the run, summed over them (peak memory: the largest)."""
-    out: dict[str, int] = {}
+    """What the devices' groups counted during the run, summed over them (peak memory: the largest).
+
+    ``busiest_cpu_ns``: the CPU of the group that used most, a device near its quota all along when the run is
+    bound by that device's CPU (its compute and its messages' work together).
+    """
+    out: dict[str, int] = {"busiest_cpu_ns": 0}
     for group, now in after.items():
         for key, value in now.items():
             if key == "memory_peak_bytes":
                 out[key] = max(out.get(key, 0), value)
             else:
                 out[key] = out.get(key, 0) + value - before[group].get(key, 0)
+        out["busiest_cpu_ns"] = max(out["busiest_cpu_ns"], now.get("cpu_ns", 0) - before[group].get("cpu_ns", 0))
     return out
 
 
@@ -610,6 +615,7 @@ def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: i
         "machine_busy_cores": (busy1 - busy0) / (all1 - all0) * (os.cpu_count() or 1) if all1 > all0 else float("nan"),
         "loadavg_1min": os.getloadavg()[0],
         "devices_cores_used": use.get("cpu_ns", 0) / 1e9 / wall / done["devices"],
+        "busiest_device_cores": use.get("busiest_cpu_ns", 0) / 1e9 / wall,
         "throttled_share": use.get("nr_throttled", 0) / max(1, use.get("nr_periods", 0)),
         "memory_peak_mb": use.get("memory_peak_bytes", 0) / 2**20,
     }
@@ -727,8 +733,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         "| devices | cores | model | device compute (measured) | devices' mean compute (measured) | device model | "
         "rest of round (measured) | link (clock) | server | clock with the board's own timed step | its error | "
-        "cores used per device | throttled periods | machine busy cores |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cores used per device | by the busiest device | throttled periods | machine busy cores |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
         lines.append(
@@ -737,6 +743,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s.get('measured_rest_s', nan):.3f} | {s['emulated_comm_s']:.3f} | "
             f"{s['server_s']:.3f} | {s.get('emulated_cell_s', nan):.3f} | "
             f"{s.get('error_cell', nan):+.1%} | {s['devices_cores_used']:.3f} | "
+            f"{s.get('busiest_device_cores', nan):.3f} | "
             f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} |"
         )
     boards = results["boards"]

@@ -193,3 +193,18 @@ def test_a_link_measured_slower_than_its_rate_slows_the_clock_by_what_it_was_mea
     slow = bench.measured_link(board, {"exchange_s": 4.0, "bytes": 2_000_000})
     assert slow.link_mbps == pytest.approx(4.0) and slow.latency_s == board.latency_s
     assert bench.measured_link(board, {"exchange_s": 0.0, "bytes": 2_000_000}) == board  # nothing to go by
+
+
+def test_the_groups_counts_are_summed_and_the_busiest_devices_cpu_is_kept_apart(bench) -> None:  # type: ignore[no-untyped-def]
+    before = {"cpu/a": {"cpu_ns": 100, "nr_throttled": 1}, "cpu/b": {"cpu_ns": 50, "nr_throttled": 0}, "mem/a": {}}
+    after = {
+        "cpu/a": {"cpu_ns": 400, "nr_throttled": 5},
+        "cpu/b": {"cpu_ns": 550, "nr_throttled": 2},
+        "mem/a": {"memory_peak_bytes": 7},
+    }
+    assert bench._cgroup_deltas(before, after) == {
+        "cpu_ns": 800,
+        "nr_throttled": 6,
+        "memory_peak_bytes": 7,
+        "busiest_cpu_ns": 500,
+    }
