@@ -30,6 +30,10 @@ emulated clock claims to predict: boards of that speed on that link.
    stream's emulated clock (``edgelab.emulation.stream_clock.compose``: each
    stage's measured CPU time times the board's speed factor, this machine's
    sustained GEMM rate over the board's, and the link for every transfer).
+   The clock composes the same stream run just before with the quotas lifted,
+   as the emulated cluster would run it: a CPU second measured under the quota
+   is already the board's (each throttle hands the caches to other work), and
+   the speed factor would charge the quota's cost a second time.
 
 Per configuration: measured seconds per round (``round_wall_s``), emulated
 seconds per round, their relative error (target: within 10%), and what splits
@@ -135,6 +139,25 @@ def calibrate_beside(hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: 
     if done.returncode != 0:
         raise RuntimeError(f"calibration at {cores} cores failed:\n{done.stderr[-3000:]}")
     return out
+
+
+@contextlib.contextmanager
+def unthrottled(hosts: shaped_hosts.ShapedHosts) -> Iterator[None]:
+    """The hosts with their CPU quotas lifted meanwhile: the emulated cluster's devices, on this machine's cores.
+
+    What the emulator measures a stage's CPU on (a process that is not throttled): a CPU second under a
+    fifth-of-a-core quota is not the host's, each throttle leaving the caches to the machine's other work.
+    """
+    quotas = [Path(g, "cpu.cfs_quota_us") for gs in hosts.cgroups.values() for g in gs]
+    quotas = [q for q in quotas if q.exists()]
+    kept = {q: q.read_text().strip() for q in quotas}
+    try:
+        for q in quotas:
+            q.write_text("-1\n")
+        yield
+    finally:
+        for q, value in kept.items():
+            q.write_text(value + "\n")
 
 
 def idle_cores(hosts: shaped_hosts.ShapedHosts, seconds: float = 20.0) -> float:
@@ -388,26 +411,36 @@ def compare(
 
 
 def compare_stream(
-    result: StreamResult, board: DeviceProfile, speed_factor: float, message: dict[str, float] | None = None
+    result: StreamResult,
+    board: DeviceProfile,
+    speed_factor: float,
+    message: dict[str, float] | None = None,
+    *,
+    host: StreamResult | None = None,
 ) -> dict[str, Any]:
     """The stream's measured wall time against its emulated processing time, and what each is made of.
+
+    ``host``: the same stream run where the emulator runs it (the hosts unthrottled), whose records the
+    clock composes; without it, ``result``'s own records (measured under the quota: their CPU seconds are
+    then the board's, and the speed factor counts the quota's cost twice).
 
     ``message``: the messages' cost as measured on these hosts (``measure_message``): its latency is taken
     as the links', and each stage pays its device CPU per micro-batch at the board's speed. The clock with
     the profile's nominal latency and no per-message cost is kept as ``emulated_nominal_s``.
     """
-    branches = [list(chain) for chain in _branches(result)]
+    source = host or result
+    branches = [list(chain) for chain in _branches(source)]
 
     def clock(
         profile: DeviceProfile, message_s: float, cpu_column: str, per_byte: float = 0.0
     ) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
-            result.records,
-            result.sends,
+            source.records,
+            source.sends,
             branches,
             profile=profile,
             speed_factor=speed_factor,
-            max_in_flight=result.max_in_flight,
+            max_in_flight=source.max_in_flight,
             messages=stream_clock.MessageCost(message_s, per_byte),
             cpu_column=cpu_column,
         )
@@ -453,6 +486,7 @@ def compare_stream(
         "bottleneck": emulated.bottleneck,
         "speed_factor": speed_factor,
         "images": int(emulated.images),
+        "host_wall_s": float(source.wall_s),  # the composed stream's own wall, on the unthrottled hosts
     }
 
 
@@ -559,9 +593,10 @@ def run_block(
                     links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
                     doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
                     message = None
-                    if streams:
-                        message = measure_message(cluster, hosts)
-                        loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
+                    if streams:  # the emulator's view of a hop: the host's CPU and the link, no quota
+                        with unthrottled(hosts):
+                            message = measure_message(cluster, hosts)
+                            loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
                         rate = hop_rate(message, loaded)
                         message |= {
                             "loaded": loaded,
@@ -572,8 +607,12 @@ def run_block(
                     for r in range(repeats):
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
                             if model == "pipeline":
+                                # The same stream twice: on the emulated cluster (quotas lifted), whose records
+                                # the clock composes, then on the limited hosts, whose wall it predicts.
+                                with unthrottled(hosts):
+                                    emulated_on = run_stream(cluster, hosts, n)["stream"]
                                 done = run_stream(cluster, hosts, n)
-                                measured = compare_stream(done["stream"], board, factor, message)
+                                measured = compare_stream(done["stream"], board, factor, message, host=emulated_on)
                             else:
                                 done = run_config(cluster, hosts, model, n)
                                 measured = compare(done["run"], board, cells.get(model), links[(model, n)])
@@ -751,9 +790,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         f"The pipeline rows: a CIFAR ResNet-20 cut into one stage per device, {MICRO_BATCH}-image micro-batches, "
         f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
-        "output back; emulated = `stream_clock.compose` (each stage's computing threads' CPU time x the speed "
-        "factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
-        "(`measure_message`), at the board's speed, and the links at the rate the same chains delivered carrying a "
+        "output back; emulated = `stream_clock.compose` over the same stream run just before with the quotas "
+        "lifted, as the emulated cluster runs it (`unthrottled`: each stage's computing threads' CPU time x the "
+        "speed factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
+        "(`measure_message`, also unthrottled), at the board's speed, and the links at the rate the same chains "
+        "delivered carrying a "
         f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop), with the empty chain's latency per "
         "hop); their "
         "'nominal' clock charges each stage its process's CPU time, no message cost, and the profile's link. "

@@ -171,6 +171,15 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["emulated_per_byte_s"] == pytest.approx(2 * (1.0 + 0.65 + 0.5 + 0.95))
     assert out["device_ns_per_byte"] == pytest.approx(100.0)
 
+    # Given the same stream as the emulator ran it (no quota: half the CPU a stage), the clock composes that one's
+    # records and judges them against the limited run's wall: each micro-batch 1 + 0.25 + 0.5 + 0.5 s
+    unthrottled = result.records.assign(cpu_s=result.records["cpu_s"] / 2)
+    host = StreamResult([], unthrottled, sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=1.0)
+    out = bench.compare_stream(result, board, speed_factor=5.0, host=host)
+    assert out["emulated_s"] == pytest.approx(2 * 2.25)
+    assert out["measured_s"] == pytest.approx(6.6) and out["host_wall_s"] == pytest.approx(1.0)
+    assert out["device_compute_s"] == pytest.approx(1.8)  # still the limited run's measured stage wall
+
 
 def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
     empty = {"latency_s": 0.010, "payload_bytes": 64}
