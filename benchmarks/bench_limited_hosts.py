@@ -113,7 +113,8 @@ PREFIX, SUBNET = "ell", "10.218.0.0/24"  # not the default shaped cluster's, nor
 TARGET = 0.10  # |emulated - measured| / measured per configuration
 # The pipeline: a CIFAR ResNet-20 (inference) cut into one stage per device, at most this many devices
 PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
-PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 512, 16, 4  # about 10 s a stream at 0.2 cores
+# 15-20 s a stream at 0.2 cores: streams of 5-7 s moved by 10% between repeats
+PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 1536, 16, 4
 #: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (32 x 32 x 16 floats).
 HOP_PAYLOAD_BYTES = MICRO_BATCH * 32 * 32 * 16 * 4
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
