@@ -131,10 +131,13 @@ def test_every_device_lost_at_once_recovers_with_the_undisturbed_result(
     kills = [Kill(device, "train", 2) for device in ("pi3b-0", "pi3b-1", "pi3b-2")]
 
     # Execute
-    run = train(cluster, dataset, CFG, kills=kills, log=lambda _: None)
+    said: list[str] = []
+    run = train(cluster, dataset, CFG, kills=kills, log=said.append)
 
-    # Assert: one recovery per device, in the round they died, and the undisturbed weights
-    assert sorted(run.recoveries["device"]) == ["pi3b-0", "pi3b-1", "pi3b-2"]
+    # Assert: one recovery per device, in the round they died, and the undisturbed weights. (A fresh clone's CI
+    # once recorded pi3b-2 twice, after 26 s: what the run said and recorded is kept in the message.)
+    story = f"{run.recoveries.to_string()}\n{run.kills.to_string()}\n" + "\n".join(said)
+    assert sorted(run.recoveries["device"]) == ["pi3b-0", "pi3b-1", "pi3b-2"], story
     assert set(run.recoveries["at"]) == {2}
     assert run.weights_sha256 == undisturbed.weights_sha256, _divergence(run, undisturbed)
 
