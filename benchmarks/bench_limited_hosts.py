@@ -292,13 +292,15 @@ def _same(value: Any) -> Any:
     return value
 
 
-def run_stream(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int) -> dict[str, Any]:
+def run_stream(
+    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int, max_in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
     """One stream: CIFAR-10 test images through ResNet-20 cut into ``devices`` stages, one per limited host."""
     images = _cifar(max(MICRO_BATCH, round(PIPELINE_IMAGES_AT_FIFTH * (hosts.spec.cpus or 1.0) / 0.2)))
     groups = [g for i in range(devices) for g in hosts.cgroups[hosts.spec.device(i)]]
     before, load0 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
     result = run_pipeline(
-        cluster, _pipeline_model(), images, n_stages=devices, micro_batch=MICRO_BATCH, max_in_flight=IN_FLIGHT
+        cluster, _pipeline_model(), images, n_stages=devices, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight
     )
     after, load1 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
     return {
@@ -418,12 +420,15 @@ def compare_stream(
     message: dict[str, float] | None = None,
     *,
     host: StreamResult | None = None,
+    alone: StreamResult | None = None,
 ) -> dict[str, Any]:
     """The stream's measured wall time against its emulated processing time, and what each is made of.
 
     ``host``: the same stream run where the emulator runs it (the hosts unthrottled), whose records the
     clock composes; without it, ``result``'s own records (measured under the quota: their CPU seconds are
-    then the board's, and the speed factor counts the quota's cost twice).
+    then the board's, and the speed factor counts the quota's cost twice). ``alone``: the same stages
+    with one micro-batch in flight, from which each stage's host contention is divided out of the
+    composed records, as Jeon's clock does (``stream_clock.stage_contention``).
 
     ``message``: the messages' cost as measured on these hosts (``measure_message``): its latency is taken
     as the links', and each stage pays its device CPU per micro-batch at the board's speed. The clock with
@@ -431,12 +436,16 @@ def compare_stream(
     """
     source = host or result
     branches = [list(chain) for chain in _branches(source)]
+    contention = {
+        column: stream_clock.stage_contention(source.records, alone.records, column) if alone else {}
+        for column in ("cpu_s", "compute_cpu_s")
+    }
 
     def clock(
         profile: DeviceProfile, message_s: float, cpu_column: str, per_byte: float = 0.0
     ) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
-            source.records,
+            stream_clock.without_contention(source.records, contention[cpu_column], cpu_column),
             source.sends,
             branches,
             profile=profile,
@@ -488,6 +497,7 @@ def compare_stream(
         "speed_factor": speed_factor,
         "images": int(emulated.images),
         "host_wall_s": float(source.wall_s),  # the composed stream's own wall, on the unthrottled hosts
+        "contention": contention[cpu_column],  # per stage, divided out of the composed CPU
     }
 
 
@@ -608,12 +618,17 @@ def run_block(
                     for r in range(repeats):
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
                             if model == "pipeline":
-                                # The same stream twice: on the emulated cluster (quotas lifted), whose records
-                                # the clock composes, then on the limited hosts, whose wall it predicts.
+                                # The same stream on the emulated cluster (quotas lifted), whose records the
+                                # clock composes, and one micro-batch at a time there, whose stages' CPU says
+                                # how much the others busy beside them cost; then on the limited hosts, whose
+                                # wall it predicts.
                                 with unthrottled(hosts):
                                     emulated_on = run_stream(cluster, hosts, n)["stream"]
+                                    alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
                                 done = run_stream(cluster, hosts, n)
-                                measured = compare_stream(done["stream"], board, factor, message, host=emulated_on)
+                                measured = compare_stream(
+                                    done["stream"], board, factor, message, host=emulated_on, alone=alone
+                                )
                             else:
                                 done = run_config(cluster, hosts, model, n)
                                 measured = compare(done["run"], board, cells.get(model), links[(model, n)])

@@ -180,6 +180,16 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["measured_s"] == pytest.approx(6.6) and out["host_wall_s"] == pytest.approx(1.0)
     assert out["device_compute_s"] == pytest.approx(1.8)  # still the limited run's measured stage wall
 
+    # And one micro-batch at a time there, where stage 1 took 0.08 s, not 0.1 (its neighbour busy beside it cost
+    # it a quarter more): stage 1's composed CPU divided by 1.25, each micro-batch 1 + 0.25 + 0.5 + 0.4 s
+    one_at_a_time = unthrottled.assign(
+        cpu_s=unthrottled["cpu_s"].where(unthrottled["stage"] == "stage0", unthrottled["cpu_s"] / 1.25)
+    )
+    alone = StreamResult([], one_at_a_time, sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=1.0)
+    out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone)
+    assert out["contention"] == {"stage0": pytest.approx(1.0), "stage1": pytest.approx(1.25)}
+    assert out["emulated_s"] == pytest.approx(2 * 2.15)
+
 
 def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
     empty = {"latency_s": 0.010, "payload_bytes": 64}

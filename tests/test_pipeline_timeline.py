@@ -9,7 +9,13 @@ import pytest
 
 from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import get_profile
-from edgelab.emulation.stream_clock import MessageCost, compose, speedup_bound
+from edgelab.emulation.stream_clock import (
+    MessageCost,
+    compose,
+    speedup_bound,
+    stage_contention,
+    without_contention,
+)
 
 # A link so fast that transfers cost nothing, and no latency: only compute counts.
 FAST = dataclasses.replace(get_profile("pi4b"), link_mbps=1e12, latency_s=0.0)
@@ -73,3 +79,27 @@ def test_a_clock_that_charges_messages_takes_the_computing_threads_cpu_and_an_un
 
 def test_speedup_bound_is_sum_over_max() -> None:
     assert speedup_bound([1.0, 2.0, 1.0]) == pytest.approx(2.0)
+
+
+def test_contention_is_each_stages_cpu_in_the_stream_over_its_cpu_alone_and_is_divided_out() -> None:
+    # Prepare: stage a costs 1.5 s with the others busy and 1 s alone; b 2 s both ways; c never ran alone
+    stream, sends = _records({"a": 1.5, "b": 2.0, "c": 0.5}, 5)
+    alone, _ = _records({"a": 1.0, "b": 2.0}, 3)
+    # Execute
+    factors = stage_contention(stream, alone)
+    cleaned = without_contention(stream, factors)
+    # Assert: a's CPU back to 1 s, b's unchanged, c (no factor) as measured; the clock runs at b's 2 s
+    assert factors == {"a": 1.5, "b": 1.0}
+    assert cleaned.groupby("stage")["cpu_s"].first().to_dict() == {"a": 1.0, "b": 2.0, "c": 0.5}
+    emu = compose(cleaned, sends, [[("a", "d0"), ("b", "d1")]], profile=FAST, speed_factor=1.0, max_in_flight=5)
+    assert emu.processing_s == pytest.approx(1.0 + 5 * 2.0)
+
+
+def test_contention_on_the_computing_threads_column_and_an_unknown_column_is_refused() -> None:
+    stream, _ = _records({"a": 1.0}, 2)
+    alone, _ = _records({"a": 1.0}, 2)
+    stream["compute_cpu_s"], alone["compute_cpu_s"] = 0.9, 0.6
+    assert stage_contention(stream, alone, "compute_cpu_s") == {"a": pytest.approx(1.5)}
+    assert without_contention(stream, {"a": 1.5}, "compute_cpu_s")["compute_cpu_s"].tolist() == [0.6, 0.6]
+    with pytest.raises(ConfigError, match="wall_s"):
+        stage_contention(stream, alone, "wall_s")

@@ -19,7 +19,7 @@ from sklearn.metrics import f1_score
 from edgelab.common.paths import reports_dir as default_reports_dir
 from edgelab.common.results import StoredRun
 from edgelab.emulation.profiles import DeviceProfile
-from edgelab.emulation.stream_clock import EmulatedStream, compose
+from edgelab.emulation.stream_clock import EmulatedStream, compose, stage_contention, without_contention
 from edgelab.papers.harness import by_run
 from edgelab.papers.jeon.pipeline import ENSEMBLE_PAIRS, MODES, Plan
 from edgelab.report import catalog
@@ -56,7 +56,7 @@ def _emulate(
 ) -> EmulatedStream:
     records = run.tables["records"]
     if contention:
-        records = records.assign(cpu_s=records["cpu_s"] / records["stage"].map(contention).fillna(1.0))
+        records = without_contention(records, contention)
     return compose(
         records,
         run.tables["sends"],
@@ -185,13 +185,12 @@ def host_contention(get: dict[tuple[Any, ...], StoredRun | None]) -> dict[str, f
     layer's width). The clock divides each stage's CPU by its factor; the
     uncorrected times are reported beside.
     """
-    streams = [r for k, r in get.items() if r is not None and k[0] == "stream"]
-    cpu = pd.concat([r.tables["records"] for r in streams]).groupby("stage")["cpu_s"].median()
+    streams = pd.concat([r.tables["records"] for k, r in get.items() if r is not None and k[0] == "stream"])
+    cpu = streams.groupby("stage")["cpu_s"].median()
     factors: dict[str, float] = {}
     solo = get.get(("solo", "pipeline"))
     if solo is not None:
-        alone = solo.tables["records"].groupby("stage")["cpu_s"].median()
-        factors |= {s: float(cpu[s] / alone[s]) for s in alone.index if s in cpu.index}
+        factors |= stage_contention(streams, solo.tables["records"])
     if "whole" in cpu.index:
         factors |= {s: float(cpu[s] / cpu["whole"]) for s in cpu.index if s.startswith("member-")}
         factors["whole"] = 1.0
