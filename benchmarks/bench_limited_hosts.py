@@ -123,14 +123,17 @@ CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 # ------------------------------------------------------------- the board ----
 
 
-def calibrate_beside(hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, repeats: int) -> Path:
+def calibrate_beside(
+    hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, repeats: int, suffix: str = ""
+) -> Path:
     """``edgelab calibrate`` run inside the first device's groups, beside its idle worker; the board's profile file.
 
     The host as it serves: its worker and nanny, idle, share the quota with the
-    calibration as they share it with the training.
+    calibration as they share it with the training. ``suffix`` names a later
+    calibration of the same hosts apart from the first.
     """
     cores = hosts.spec.cpus or 1.0
-    name = f"limited{round(cores * 100)}"
+    name = f"limited{round(cores * 100)}{suffix}"
     out = folder / f"{name}.json"
     command = [sys.executable, "-m", "edgelab.cli", "calibrate", name, "--out", str(out)]
     command += ["--seconds", str(seconds), "--repeats", str(repeats)]
@@ -595,10 +598,8 @@ def run_block(
                     if streams:  # unmeasured: each stage's model built and traced once
                         run_pipeline(cluster, _pipeline_model(), _cifar(MICRO_BATCH * 2), n_stages=max(streams))
                     doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
-                    cells = {c["model"]: c["step_s"] for c in doc["measurements"]["cells"] if c["batch_size"] == 64}
-                    # The stream clock's speed factor: this machine's sustained rate over the board's, both one thread.
                     doc["host_sustained_gflops"] = sustained_gflops(seconds=seconds / 2)
-                    factor = doc["host_sustained_gflops"] / board.reference_gflops
+                    doc["repeats"] = []
                     configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
                     configs = [(m, n) for m, n in configs if m in kinds]
                     links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
@@ -616,6 +617,23 @@ def run_block(
                         }
                     doc["message"] = message
                     for r in range(repeats):
+                        if r and given is None:
+                            # This machine's speed moves by a quarter within minutes (a VM): the board is
+                            # calibrated again before each repeat, so each run is judged against the board
+                            # as it was when it ran, not as it was at the start of the block.
+                            again = calibrate_beside(hosts, Path(folder), seconds=seconds, repeats=3, suffix=f"_r{r}")
+                            board = get_profile(str(again))
+                            doc["repeats"].append(
+                                {
+                                    **json.loads(again.read_text()),
+                                    "host_sustained_gflops": sustained_gflops(seconds=seconds / 2),
+                                }
+                            )
+                            print(f"repeat {r}: {for_profile(board.name).describe()}", flush=True)
+                        now = doc["repeats"][-1] if r and given is None else doc
+                        cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
+                        # The stream clock's speed factor: this machine's sustained rate over the board's, one thread.
+                        factor = now["host_sustained_gflops"] / board.reference_gflops
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
                             if model == "pipeline":
                                 # The same stream on the emulated cluster (quotas lifted), whose records the
@@ -763,7 +781,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"each device's data: {c['steps_per_round_at_0.2_cores']} steps at 0.2 cores, scaled to the quota), medians of "
         f"{c['repeats']} interleaved repeats. Each device a shaped host: {c['link_mbit']:g} Mbit/s link (tc tbf, both "
         f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
-        f"Emulated: the board calibrated inside a cgroup of the same quota, composed by `timeline.compose` "
+        f"Emulated: the board calibrated inside a cgroup of the same quota (again before each later repeat: "
+        "this machine's speed moves within minutes), composed by `timeline.compose` "
         f"({c['clock_topology']}), each host's link at the rate it delivered in rounds of one step "
         "(`measure_link`: lower than the nominal rate with more hosts, whose links, bridge and client share this "
         "machine). Host: "
@@ -807,7 +826,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"The pipeline rows: a CIFAR ResNet-20 cut into one stage per device, {MICRO_BATCH}-image micro-batches, "
         f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
         "output back; emulated = `stream_clock.compose` over the same stream run just before with the quotas "
-        "lifted, as the emulated cluster runs it (`unthrottled`: each stage's computing threads' CPU time x the "
+        "lifted, as the emulated cluster runs it (`unthrottled`: each stage's computing threads' CPU time, the "
+        "contention of its neighbours divided out as measured with one micro-batch in flight, x the "
         "speed factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
         "(`measure_message`, also unthrottled), at the board's speed, and the links at the rate the same chains "
         "delivered carrying a "
@@ -828,21 +848,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         ]
     lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
     for cores, doc in sorted(boards.items()):
-        p, fit = doc["profile"], doc["measurements"]["fit"]
-        cells = ", ".join(
-            f"{x['model']}/{x['batch_size']} {1e3 * x['step_s']:.2f} ms" for x in doc["measurements"]["cells"]
-        )
-        terms = f"{1e3 * p['step_s']:.2f} ms per step + {p['flops_per_s'] / 1e9:.2f} GFLOP/s"
-        if p.get("dense_flops_per_s"):
-            terms += f" (dense {p['dense_flops_per_s'] / 1e9:.2f})"
-        if p.get("param_s"):
-            terms += f" + {1e9 * p['param_s']:.2f} ns per parameter per step"
-        if p.get("wire_s_per_byte"):
-            terms += f" + {1e9 * p['wire_s_per_byte']:.2f} ns per byte exchanged"
-        gemm = f"sustained GEMM {p['reference_gflops']:.2f} GFLOP/s"
-        if doc.get("host_sustained_gflops"):
-            gemm += f" (this machine's {doc['host_sustained_gflops']:.1f}: speed factor "
-            gemm += f"{doc['host_sustained_gflops'] / p['reference_gflops']:.2f})"
+        terms, gemm, cells = _board_terms(doc)
+        fit = doc["measurements"]["fit"]
         message = doc.get("message")
         said = (
             f"; a message chain {3e3 * message['latency_s']:.1f} ms, {1e3 * message['device_cpu_s']:.2f} ms of each "
@@ -858,9 +865,16 @@ def render_markdown(results: dict[str, Any]) -> str:
             else ""
         )
         lines.append(
-            f"- {cores} cores (`{p['name']}`): {terms}, fit residual {fit['relative_rms_residual']:.0%} RMS; "
-            f"{gemm}; cells {cells}; an idle host's own processes used {doc['idle_host_cores']:.3f} cores{said}"
+            f"- {cores} cores (`{doc['profile']['name']}`): {terms}, fit residual "
+            f"{fit['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}; an idle host's own processes used "
+            f"{doc['idle_host_cores']:.3f} cores{said}"
         )
+        for again in doc.get("repeats", []):  # calibrated again before each later repeat
+            terms, gemm, cells = _board_terms(again)
+            lines.append(
+                f"  - again before a later repeat (`{again['profile']['name']}`): {terms}, fit residual "
+                f"{again['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}"
+            )
     lines += [
         "",
         "Measured = each round's wall time at the client (`round_wall_s`: weights out, training, updates back, the "
@@ -870,6 +884,25 @@ def render_markdown(results: dict[str, Any]) -> str:
         "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _board_terms(doc: dict[str, Any]) -> tuple[str, str, str]:
+    """A board file's step terms, its sustained GEMM rate (and the speed factor) and its timed cells, as text."""
+    p = doc["profile"]
+    timed = doc["measurements"]["cells"]
+    cells = ", ".join(f"{x['model']}/{x['batch_size']} {1e3 * x['step_s']:.2f} ms" for x in timed)
+    terms = f"{1e3 * p['step_s']:.2f} ms per step + {p['flops_per_s'] / 1e9:.2f} GFLOP/s"
+    if p.get("dense_flops_per_s"):
+        terms += f" (dense {p['dense_flops_per_s'] / 1e9:.2f})"
+    if p.get("param_s"):
+        terms += f" + {1e9 * p['param_s']:.2f} ns per parameter per step"
+    if p.get("wire_s_per_byte"):
+        terms += f" + {1e9 * p['wire_s_per_byte']:.2f} ns per byte exchanged"
+    gemm = f"sustained GEMM {p['reference_gflops']:.2f} GFLOP/s"
+    if doc.get("host_sustained_gflops"):
+        gemm += f" (this machine's {doc['host_sustained_gflops']:.1f}: speed factor "
+        gemm += f"{doc['host_sustained_gflops'] / p['reference_gflops']:.2f})"
+    return terms, gemm, cells
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -910,8 +943,9 @@ def main(argv: list[str] | None = None) -> int:
         points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
     )
     folder = args.out_dir or reports_dir() / "benchmarks"
-    md = render_markdown(results)
+    # The numbers first: a rendering that fails leaves them written.
     atomic_write_text(folder / "limited_hosts.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
+    md = render_markdown(results)
     atomic_write_text(folder / "limited_hosts.md", md)
     print(md)
     return 0
