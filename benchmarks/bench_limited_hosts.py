@@ -129,8 +129,10 @@ def calibrate_beside(
     """``edgelab calibrate`` run inside the first device's groups, beside its idle worker; the board's profile file.
 
     The host as it serves: its worker and nanny, idle, share the quota with the
-    calibration as they share it with the training. ``suffix`` names a later
-    calibration of the same hosts apart from the first.
+    calibration as they share it with the training. Its CPU groups only: under
+    the host's memory ceiling a second TensorFlow beside a worker that has run
+    the training and the stream does not fit (1 GiB: the kernel killed it).
+    ``suffix`` names a later calibration of the same hosts apart from the first.
     """
     cores = hosts.spec.cpus or 1.0
     name = f"limited{round(cores * 100)}{suffix}"
@@ -138,7 +140,7 @@ def calibrate_beside(
     command = [sys.executable, "-m", "edgelab.cli", "calibrate", name, "--out", str(out)]
     command += ["--seconds", str(seconds), "--repeats", str(repeats)]
     command += ["--link-mbps", str(LINK_MBIT), "--latency-ms", str(LATENCY_MS)]
-    groups = hosts.cgroups[hosts.spec.device(0)]
+    groups = [g for g in hosts.cgroups[hosts.spec.device(0)] if "memory" not in Path(g).parts]
     done = subprocess.run(device_cgroups.enter_command(groups, command), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"calibration at {cores} cores failed:\n{done.stderr[-3000:]}")
@@ -616,21 +618,13 @@ def run_block(
                             "cpu_s_per_byte": cpu_per_byte(message, loaded),
                         }
                     doc["message"] = message
+                    now = doc  # the board file the runs are judged against, this machine's GEMM rate beside it
                     for r in range(repeats):
                         if r and given is None:
                             # This machine's speed moves by a quarter within minutes (a VM): the board is
                             # calibrated again before each repeat, so each run is judged against the board
                             # as it was when it ran, not as it was at the start of the block.
-                            again = calibrate_beside(hosts, Path(folder), seconds=seconds, repeats=3, suffix=f"_r{r}")
-                            board = get_profile(str(again))
-                            doc["repeats"].append(
-                                {
-                                    **json.loads(again.read_text()),
-                                    "host_sustained_gflops": sustained_gflops(seconds=seconds / 2),
-                                }
-                            )
-                            print(f"repeat {r}: {for_profile(board.name).describe()}", flush=True)
-                        now = doc["repeats"][-1] if r and given is None else doc
+                            now, board = _calibrate_again(hosts, Path(folder), seconds, r, doc, (now, board))
                         cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
                         # The stream clock's speed factor: this machine's sustained rate over the board's, one thread.
                         factor = now["host_sustained_gflops"] / board.reference_gflops
@@ -658,6 +652,31 @@ def run_block(
         finally:
             shaped_hosts.down(folder=Path(folder))
     return doc, rows
+
+
+def _calibrate_again(
+    hosts: shaped_hosts.ShapedHosts,
+    folder: Path,
+    seconds: float,
+    repeat: int,
+    doc: dict[str, Any],
+    last: tuple[dict[str, Any], DeviceProfile],
+) -> tuple[dict[str, Any], DeviceProfile]:
+    """The board calibrated again, with this machine's GEMM rate beside it, kept in ``doc["repeats"]``.
+
+    A calibration that fails leaves ``last`` in use, its failure kept: the repeat's runs still count.
+    """
+    try:
+        again = calibrate_beside(hosts, folder, seconds=seconds, repeats=3, suffix=f"_r{repeat}")
+    except RuntimeError as exc:
+        doc["repeats"].append({"failed": str(exc)[-2000:]})
+        print(f"repeat {repeat}: calibration failed, the last board kept: {exc}", flush=True)
+        return last
+    board = get_profile(str(again))
+    now = {**json.loads(again.read_text()), "host_sustained_gflops": sustained_gflops(seconds=seconds / 2)}
+    doc["repeats"].append(now)
+    print(f"repeat {repeat}: {for_profile(board.name).describe()}", flush=True)
+    return now, board
 
 
 def _board(
@@ -870,6 +889,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{doc['idle_host_cores']:.3f} cores{said}"
         )
         for again in doc.get("repeats", []):  # calibrated again before each later repeat
+            if "failed" in again:
+                lines.append(f"  - again before a later repeat: failed (the last board kept): {again['failed'][-300:]}")
+                continue
             terms, gemm, cells = _board_terms(again)
             lines.append(
                 f"  - again before a later repeat (`{again['profile']['name']}`): {terms}, fit residual "

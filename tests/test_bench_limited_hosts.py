@@ -227,3 +227,22 @@ def test_the_groups_counts_are_summed_and_the_busiest_devices_cpu_is_kept_apart(
         "memory_peak_bytes": 7,
         "busiest_cpu_ns": 500,
     }
+
+
+def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(
+    bench, board: DeviceProfile, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a calibration that the kernel killed (as a memory ceiling did), and the block's first board
+    def killed(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("calibration at 0.2 cores failed: the timed training steps failed")
+
+    monkeypatch.setattr(bench, "calibrate_beside", killed)
+    doc = {"repeats": []}
+    last = ({"host_sustained_gflops": 80.0}, board)
+
+    # Execute
+    kept = bench._calibrate_again(None, None, 4.0, 1, doc, last)
+
+    # Assert: the runs go on against the last board, and the failure is in the results
+    assert kept is last
+    assert doc["repeats"] == [{"failed": "calibration at 0.2 cores failed: the timed training steps failed"}]
