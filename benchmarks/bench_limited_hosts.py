@@ -106,6 +106,7 @@ STEPS_AT_FIFTH = {"mlp": 900, "cnn": 40}
 MAX_STEPS = 60_000 // 64
 ROUNDS = 4  # rounds (epochs of each device's data) per run
 MEMORY_MB = 1024  # each device's ceiling: a Pi 3B's 1 GB
+RESTART_TIMEOUT_S = 120  # a worker's restart, seconds
 SHARES = 8192  # the groups' weight: 8 x a plain process's, so a busy machine does not starve a device below its quota
 LINK_MBIT = 100.0  # a Pi 3B's Ethernet, tc tbf on each host's veth, both directions
 LATENCY_MS = 0.05  # veth and bridge, no delay added: what the board's profile is given as its latency
@@ -596,12 +597,8 @@ def run_block(
             with server_group([os.getpid(), hosts.pids["scheduler"]]):
                 cluster = connect(max(devices), scheduler_address=hosts.scheduler_address, security=hosts.security())
                 try:
-                    for model in (m for m in MODELS if m in kinds):  # unmeasured: each device builds and traces it
-                        warm = TrainConfig(model=model, n_devices=max(devices), worker_data="full", sync_every="epoch")
-                        _train(cluster, load_dataset("mnist", sample_limit=256, test_limit=64), warm)
                     streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
-                    if streams:  # unmeasured: each stage's model built and traced once
-                        run_pipeline(cluster, _pipeline_model(), _cifar(MICRO_BATCH * 2), n_stages=max(streams))
+                    warm_up(cluster, max(devices), kinds, max(streams, default=0))
                     doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
                     doc["host_sustained_gflops"] = sustained_gflops(seconds=seconds / 2)
                     doc["repeats"] = []
@@ -627,6 +624,7 @@ def run_block(
                             # This machine's speed moves by a quarter within minutes (a VM): the board is
                             # calibrated again before each repeat, so each run is judged against the board
                             # as it was when it ran, not as it was at the start of the block.
+                            fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
                             now, board = _calibrate_again(hosts, Path(folder), seconds, r, doc, (now, board))
                         cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
                         # The stream clock's speed factor: this machine's sustained rate over the board's, one thread.
@@ -655,6 +653,33 @@ def run_block(
         finally:
             shaped_hosts.down(folder=Path(folder))
     return doc, rows
+
+
+def warm_up(cluster: DeviceCluster, devices: int, kinds: tuple[str, ...], stages: int) -> None:
+    """Unmeasured: each device builds and traces every model it will train, and each stage's model of the stream."""
+    for model in (m for m in MODELS if m in kinds):
+        warm = TrainConfig(model=model, n_devices=devices, worker_data="full", sync_every="epoch")
+        _train(cluster, load_dataset("mnist", sample_limit=256, test_limit=64), warm)
+    if stages:
+        run_pipeline(cluster, _pipeline_model(), _cifar(MICRO_BATCH * 2), n_stages=stages)
+
+
+def fresh_first_host(
+    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int, kinds: tuple[str, ...], stages: int
+) -> None:
+    """The first host's worker restarted and warmed up again: as it was when the block's first board was measured.
+
+    A later calibration runs beside it, under its memory ceiling. A worker that has
+    trained and streamed holds about 900 MB, and a second TensorFlow beside it
+    then overran the 1 GiB ceiling: the kernel killed the calibration once and the
+    worker once (the calibration beside it read 3.0 GFLOP/s against 5.5 just
+    before), and the block's later runs were lost with it.
+    """
+    # Unthrottled meanwhile: at 0.2 cores a new worker took 50 s to import TensorFlow and register, and the
+    # scheduler had closed it for missed heartbeats by then (twice in a row).
+    with unthrottled(hosts):
+        cluster.client.restart_workers([hosts.spec.device(0)], timeout=RESTART_TIMEOUT_S)
+        warm_up(cluster, devices, kinds, stages)
 
 
 def _calibrate_again(

@@ -246,3 +246,29 @@ def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(
     # Assert: the runs go on against the last board, and the failure is in the results
     assert kept is last
     assert doc["repeats"] == [{"failed": "calibration at 0.2 cores failed: the timed training steps failed"}]
+
+
+def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and_warmed_again(
+    bench, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a cluster whose client records what it is asked, hosts named as the benchmark's, and the warm-up
+    calls: list[tuple[str, object]] = []
+
+    class Client:
+        def restart_workers(self, workers: list[str], timeout: float) -> dict[str, str]:
+            calls.append(("restart", list(workers)))
+            return dict.fromkeys(workers, "OK")
+
+    class Cluster:
+        client = Client()
+
+    class Hosts:
+        spec = type("Spec", (), {"device": staticmethod(lambda i: f"pi3b-{i}")})()
+
+    monkeypatch.setattr(bench, "warm_up", lambda cluster, devices, kinds, stages: calls.append(("warm", devices)))
+
+    # Execute
+    bench.fresh_first_host(Cluster(), Hosts(), 5, ("mlp",), 5)
+
+    # Assert: the first host's worker only, then every device warmed as at the block's start
+    assert calls == [("restart", ["pi3b-0"]), ("warm", 5)]
