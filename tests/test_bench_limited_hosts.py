@@ -264,6 +264,7 @@ def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and
 
     class Hosts:
         spec = type("Spec", (), {"device": staticmethod(lambda i: f"pi3b-{i}")})()
+        cgroups: dict[str, list[str]] = {}  # no quotas to lift
 
     monkeypatch.setattr(bench, "warm_up", lambda cluster, devices, kinds, stages: calls.append(("warm", devices)))
 
