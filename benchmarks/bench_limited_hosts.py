@@ -35,6 +35,12 @@ emulated clock claims to predict: boards of that speed on that link.
    is already the board's (each throttle hands the caches to other work), and
    the speed factor would charge the quota's cost a second time.
 
+5. **The board's pace**: a few seconds of the run's model's training steps on
+   the first host's worker, inside its quota, right after each calibration
+   and either side of each data-parallel run (``step_pace``). Their ratio
+   (``paced``) drives a diagnostic clock whose compute follows it: whether
+   the machine's speed at the run, not at the calibration, makes the error.
+
 Per configuration: measured seconds per round (``round_wall_s``), emulated
 seconds per round, their relative error (target: within 10%), and what splits
 the error: the devices' measured compute against the model's, the rest of the
@@ -112,6 +118,9 @@ LINK_MBIT = 100.0  # a Pi 3B's Ethernet, tc tbf on each host's veth, both direct
 LATENCY_MS = 0.05  # veth and bridge, no delay added: what the board's profile is given as its latency
 PREFIX, SUBNET = "ell", "10.218.0.0/24"  # not the default shaped cluster's, nor the tests': theirs are left alone
 TARGET = 0.10  # |emulated - measured| / measured per configuration
+# The pace probe: steps of the run's model at batch 64 on the first host, in its quota, a few seconds at 0.2
+# cores, from a shard of this many images (past the caches, as a run's data is; small beside the ceiling)
+PACE_STEPS, PACE_IMAGES = {"mlp": 300, "cnn": 24}, 16_384
 # The pipeline: a CIFAR ResNet-20 (inference) cut into one stage per device, at most this many devices
 PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
 # 15-20 s a stream at 0.2 cores: streams of 5-7 s moved by 10% between repeats
@@ -177,6 +186,55 @@ def idle_cores(hosts: shaped_hosts.ShapedHosts, seconds: float = 20.0) -> float:
     time.sleep(seconds)
     used = sum(device_cgroups.usage(g).get("cpu_ns", 0) - before[g] for g in groups)
     return used / 1e9 / seconds / len(hosts.cgroups)
+
+
+def step_pace(model: str, steps: int) -> float:
+    """Seconds per step of ``model`` at batch 64 where this runs: a task on a device's worker, inside its quota.
+
+    The model is built, traced and its shard made once per worker (kept on the
+    worker) and run once untimed; the timed window is ``steps`` steps.
+    """
+    from distributed import get_worker
+
+    from edgelab.models.builtin import ModelSpec, build_model
+    from edgelab.runtime.steps import Shard, get_weights, train_steps
+
+    try:
+        kept = get_worker().__dict__.setdefault("_edgelab_pace", {})
+    except ValueError:  # not on a worker: nothing to keep it on
+        kept = {}
+    if model not in kept:
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 256, size=(PACE_IMAGES, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, size=PACE_IMAGES).astype(np.int64)
+        built = build_model(ModelSpec(model))
+        kept[model] = (built, Shard(x, y, channel_axis=model == "cnn"), get_weights(built), set())
+    built, shard, weights, traced = kept[model]
+    order = np.resize(shard.order(0, 0, 0), steps * BATCH_SIZE)  # shuffled, as a worker's epoch is
+    if steps not in traced:
+        train_steps(built, shard, weights, order, steps, BATCH_SIZE)
+        traced.add(steps)
+    start = time.perf_counter()
+    train_steps(built, shard, weights, order, steps, BATCH_SIZE)
+    return (time.perf_counter() - start) / steps
+
+
+def pace_on(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str) -> float:
+    """``step_pace`` of ``model`` on the first host's worker: the board's speed now, inside its quota."""
+    task = cluster.client.submit(
+        step_pace, model, PACE_STEPS[model], workers=[hosts.spec.device(0)], allow_other_workers=False, pure=False
+    )
+    return float(task.result(timeout=RESTART_TIMEOUT_S))
+
+
+def paced(before_s: float, after_s: float, at_board_s: float) -> float:
+    """The board's pace over a run (the mean of the probes either side) over its pace at its calibration.
+
+    Above 1: the board ran slower than when it was calibrated.
+    """
+    if not (before_s > 0 and after_s > 0 and at_board_s > 0):
+        raise ValueError(f"paces must be positive seconds per step, not {before_s}, {after_s}, {at_board_s}")
+    return (before_s + after_s) / 2 / at_board_s
 
 
 # ---------------------------------------------------------- the real run ----
@@ -380,7 +438,11 @@ def _cpu_times() -> tuple[float, float, float]:
 
 
 def compare(
-    run: TrainRun, board: DeviceProfile, cell_step_s: float | None = None, link: dict[str, Any] | None = None
+    run: TrainRun,
+    board: DeviceProfile,
+    cell_step_s: float | None = None,
+    link: dict[str, Any] | None = None,
+    pace: float | None = None,
 ) -> dict[str, Any]:
     """The run's measured seconds per round against its emulated ones, and the pieces of each.
 
@@ -388,6 +450,8 @@ def compare(
     clock with no fit residual in its compute. ``link``: the exchange as
     measured on these links (``measure_link``); the clock then takes the
     link's measured rate, and the nominal one is kept as ``emulated_nominal_s``.
+    ``pace``: the board's speed at the run over its speed at its calibration
+    (``paced``: > 1 slower), for a diagnostic clock whose compute follows it.
     """
     records = run.records
     model = for_profile(board.name)
@@ -419,6 +483,11 @@ def compare(
         cells = timeline.compose(records, board, topology=CLOCK, compute_s=records["steps"].to_numpy() * cell_step_s)
         out["emulated_cell_s"] = float(cells["round_s"].mean())
         out["error_cell"] = out["emulated_cell_s"] / out["measured_s"] - 1
+    if pace is not None:
+        paced = timeline.compose(records, board, topology=CLOCK, compute_s=compute * pace)
+        out["pace"] = pace
+        out["emulated_paced_s"] = float(paced["round_s"].mean())
+        out["error_paced"] = out["emulated_paced_s"] / out["measured_s"] - 1
     return out
 
 
@@ -601,6 +670,8 @@ def run_block(
                     warm_up(cluster, max(devices), kinds, max(streams, default=0))
                     doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
                     doc["host_sustained_gflops"] = sustained_gflops(seconds=seconds / 2)
+                    models = [m for m in MODELS if m in kinds]
+                    doc["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}  # the board's, as calibrated
                     doc["repeats"] = []
                     configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
                     configs = [(m, n) for m, n in configs if m in kinds]
@@ -621,11 +692,13 @@ def run_block(
                     now = doc  # the board file the runs are judged against, this machine's GEMM rate beside it
                     for r in range(repeats):
                         if r and given is None:
-                            # This machine's speed moves by a quarter within minutes (a VM): the board is
-                            # calibrated again before each repeat, so each run is judged against the board
-                            # as it was when it ran, not as it was at the start of the block.
+                            # This machine's speed moves within minutes (a VM: its GEMM rate by up to half
+                            # within the hour): the board is calibrated again before each repeat, so each run
+                            # is judged against the board as it was minutes before, not at the block's start.
                             fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
                             now, board = _calibrate_again(hosts, Path(folder), seconds, r, doc, (now, board))
+                            if "pace_s" not in now:  # calibrated again (a failed one leaves the last board's)
+                                now["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}
                         cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
                         # The stream clock's speed factor: this machine's sustained rate over the board's, one thread.
                         factor = now["host_sustained_gflops"] / board.reference_gflops
@@ -643,8 +716,14 @@ def run_block(
                                     done["stream"], board, factor, message, host=emulated_on, alone=alone
                                 )
                             else:
+                                # The board's pace probed either side of the run: does the machine's
+                                # speed at the run, not at the calibration, account for the clock's error?
+                                before = pace_on(cluster, hosts, model)
                                 done = run_config(cluster, hosts, model, n)
-                                measured = compare(done["run"], board, cells.get(model), links[(model, n)])
+                                after = pace_on(cluster, hosts, model)
+                                pace = paced(before, after, now["pace_s"][model])
+                                measured = compare(done["run"], board, cells.get(model), links[(model, n)], pace)
+                                measured |= {"pace_before_s": before, "pace_after_s": after}
                             rows.append(_row(done, measured, cores, r))
                             print(_progress(rows[-1]), flush=True)
                             print("row", json.dumps(rows[-1], default=str), flush=True)  # kept if a later run fails
@@ -806,6 +885,8 @@ def run_benchmark(
             "link_mbit": LINK_MBIT,
             "latency_ms": LATENCY_MS,
             "calibration_seconds": seconds,
+            "pace_steps": PACE_STEPS,
+            "pace_images": PACE_IMAGES,
             "clock_topology": CLOCK.describe(),
             "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
         },
@@ -848,6 +929,29 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{'yes' if s['within_target'] else 'no'} | {s.get('link_mbps', nan):.1f} | "
             f"{s.get('emulated_nominal_s', nan):.3f} | {s.get('error_nominal', nan):+.1%} |"
         )
+    runs = pd.DataFrame(results["runs"])
+    if "pace" in runs:
+        lines += [
+            "",
+            f"The board's pace: {' and '.join(f'{n} steps of {m}' for m, n in c.get('pace_steps', PACE_STEPS).items())}"
+            f" at batch {c['batch_size']} on the first host's worker, inside its "
+            "quota, right after each calibration and either side of each run; pace = the mean of a run's two probes "
+            "over the calibration's (above 1: slower than when calibrated). The paced clock multiplies the device "
+            "model's compute by it: a diagnostic of whether the machine's speed at the run, not at the calibration, "
+            "makes the error; the verdict above stays the plain clock's.",
+            "",
+            "| devices | cores | model | pace (median) | paces over repeats | error | paced clock's error | "
+            "its errors over repeats | within 10%, paced |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for (devices, cores, model), cell in runs.dropna(subset=["pace"]).groupby(["devices", "cores", "model"]):
+            err = cell["error_paced"]
+            lines.append(
+                f"| {devices} | {cores:g} | {model} | {cell['pace'].median():.3f} | "
+                f"{cell['pace'].min():.3f} .. {cell['pace'].max():.3f} | {cell['error'].median():+.1%} | "
+                f"{err.median():+.1%} | {err.min():+.1%} .. {err.max():+.1%} | "
+                f"{'yes' if abs(err.median()) <= TARGET else 'no'} |"
+            )
     lines += [
         "",
         "Where the difference is (seconds per round, medians):",

@@ -69,7 +69,7 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     )
 
     # Execute
-    out = bench.compare(_run(records), board, cell_step_s=0.002)
+    out = bench.compare(_run(records), board, cell_step_s=0.002, pace=1.5)
 
     # Assert: compute 100 x 1 ms + 6400 x FLOPs / 1 GFLOP/s; device 1 adds 2 s + 1 s of link, device 0 only 2 s
     compute = 0.1 + 6400 * flops / 1e9
@@ -84,6 +84,26 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     # the diagnostic clock: each step as the board's own timed cell, 2 ms
     assert out["emulated_cell_s"] == pytest.approx(0.2 + 3.0)
     assert out["mb_per_device_round"] == pytest.approx(2.5)
+    # the paced clock: the board 1.5 x slower at the run than at its calibration slows its compute, not its link
+    assert out["emulated_paced_s"] == pytest.approx(1.5 * compute + 3.0)
+    assert out["error_paced"] == pytest.approx((1.5 * compute + 3.0) / 5.0 - 1)
+
+
+def test_a_runs_pace_is_its_probes_mean_over_the_calibrations_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
+    assert bench.paced(0.011, 0.013, 0.010) == pytest.approx(1.2)
+    assert bench.paced(0.005, 0.005, 0.010) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="positive seconds per step"):
+        bench.paced(0.0, 0.013, 0.010)
+
+
+def test_the_pace_probe_gives_seconds_per_real_training_step_its_untimed_build_and_trace_left_out(bench) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    # Off a worker it keeps nothing: the call builds the model and runs the window once untimed, then timed
+    start = time.perf_counter()
+    per_step = bench.step_pace("mlp", 20)
+    took = time.perf_counter() - start
+    assert 0 < 20 * per_step < took / 2  # the timed window is one of the two runs and none of the build
 
 
 def test_each_configuration_is_summarized_by_its_medians_and_judged_against_the_target(bench) -> None:  # type: ignore[no-untyped-def]
