@@ -511,7 +511,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     """``edgelab calibrate``: time training steps here, fit the device model, write the board's profile."""
     from edgelab.emulation.device_model import for_profile
     from edgelab.emulation.profiles import get_profile
-    from edgelab.runtime.board_calibration import QUIET_SPREAD, write_board
+    from edgelab.runtime.board_calibration import QUIET_SPREAD, QUIET_STEAL, write_board
 
     options = {"seconds": args.seconds, "repeats": args.repeats}
     options |= {"link_mbps": args.link_mbps, "latency_ms": args.latency_ms}
@@ -523,11 +523,20 @@ def calibrate_command(args: argparse.Namespace) -> int:
         return 2
     profile = get_profile(str(path))
     print(for_profile(profile.name).describe())
-    spread = json.loads(Path(path).read_text())["measurements"]["largest_spread"]
+    measurements = json.loads(Path(path).read_text())["measurements"]
+    spread = measurements["largest_spread"]
     if spread > QUIET_SPREAD:
         print(
             f"edgelab calibrate: a cell's repeats differ by {spread:.0%} (more than {QUIET_SPREAD:.0%}): something "
             "else was running; calibrate again on a quiet board",
+            file=sys.stderr,
+        )
+    steal = measurements.get("machine", {}).get("steal_share", float("nan"))
+    if steal > QUIET_STEAL:  # NaN (not Linux) compares False
+        print(
+            f"edgelab calibrate: the hypervisor took {steal:.0%} of this machine's CPU time while the steps were "
+            f"timed (steal, more than {QUIET_STEAL:.0%}): this virtual machine is slower now than when it gets its "
+            "cores; the profile is the board as it was in this hour",
             file=sys.stderr,
         )
     print(f"edgelab calibrate: wrote {path}; give it as any notebook's device_profile (e.g. -p device_profile {path})")

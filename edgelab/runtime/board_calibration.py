@@ -26,7 +26,10 @@ board gives a process (affinity, and any cgroup CPU quota or memory limit:
 a container or a cgroup-limited host is measured as the board it is), what the
 OS holds already, and the framework's own footprint. A link cannot be measured
 from one end: its rate and latency are given (``--link-mbps``,
-``--latency-ms``) and recorded as given.
+``--latency-ms``) and recorded as given. On a virtual machine, the share of
+the machine's CPU time its hypervisor took while the steps were timed
+(``edgelab.common.machine_cpu``): a board measured in an hour when it took
+much is a slower board than the same machine in a quiet one.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from edgelab.common import checks
+from edgelab.common import checks, machine_cpu
 from edgelab.common.errors import ConfigError
 from edgelab.emulation.profiles import DeviceProfile, check_board_name, save_board, sustained_gflops
 from edgelab.models.costs import parameter_count, training_flops_by_class
@@ -60,6 +63,8 @@ SHARD_SAMPLES = 60_000
 TERMS = ("step_s", "param_s", "s_per_conv_flop", "s_per_dense_flop")
 #: Largest spread of a cell's repeats ((slowest - fastest) / median) a calibration on a quiet board shows.
 QUIET_SPREAD = 0.10
+#: Largest share of the machine's CPU time a hypervisor may take (steal) while a quiet board is timed.
+QUIET_STEAL = 0.05
 #: The environment a device worker's TensorFlow runs with (one thread per pool).
 WORKER_THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -91,7 +96,10 @@ def calibrate_board(
     checks.number("link_mbps", link_mbps, above=0)
     checks.number("latency_ms", latency_ms, at_least=0)
     limits = resource_limits()
+    before = machine_cpu.read()
     steps = _timed_steps(seconds, repeats)
+    # On a virtual machine the hypervisor may take some of its cores meanwhile: a slower board, at that hour.
+    machine = machine_cpu.shares(before, machine_cpu.read())
     terms = fit_terms(steps)
     gemm = sustained_gflops(seconds=seconds / 2, repeats=repeats)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -123,6 +131,7 @@ def calibrate_board(
         "limits": limits,
         "cells": steps["cells"],
         "largest_spread": max(cell["spread"] for cell in steps["cells"]),
+        "machine": machine,
         "fit": terms,
         "wire": steps["wire"],
         "gemm_gflops": gemm,
