@@ -35,11 +35,13 @@ emulated clock claims to predict: boards of that speed on that link.
    is already the board's (each throttle hands the caches to other work), and
    the speed factor would charge the quota's cost a second time.
 
-5. **The board's pace**: a few seconds of the run's model's training steps on
-   the first host's worker, inside its quota, right after each calibration
-   and either side of each data-parallel run (``step_pace``). Their ratio
+5. **The board's pace**: a few seconds of the run's model's training steps
+   inside the quota (``step_pace``): on the first host's worker alone right
+   after each calibration, and on all the run's hosts at once either side of
+   each data-parallel run (``pace_on``, the slowest host's). Their ratio
    (``paced``) drives a diagnostic clock whose compute follows it: whether
-   the machine's speed at the run, not at the calibration, makes the error.
+   the speed each host gets at the run, beside the others, not the board's
+   alone at its calibration, makes the error.
 
 Per configuration: measured seconds per round (``round_wall_s``), emulated
 seconds per round, their relative error (target: within 10%), and what splits
@@ -92,6 +94,7 @@ from bench_training import host_info  # noqa: E402
 
 from edgelab.cluster import device_cgroups, shaped_hosts  # noqa: E402
 from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
+from edgelab.common import machine_cpu  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
@@ -219,12 +222,22 @@ def step_pace(model: str, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def pace_on(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str) -> float:
-    """``step_pace`` of ``model`` on the first host's worker: the board's speed now, inside its quota."""
-    task = cluster.client.submit(
-        step_pace, model, PACE_STEPS[model], workers=[hosts.spec.device(0)], allow_other_workers=False, pure=False
-    )
-    return float(task.result(timeout=RESTART_TIMEOUT_S))
+def pace_on(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str, devices: int = 1) -> float:
+    """``step_pace`` of ``model`` on the first ``devices`` hosts' workers at once, inside their quotas: the slowest's.
+
+    Alone (``devices=1``, as a calibration runs), the board's speed now. Beside
+    as many others as a run has, each doing the same, the speed a host gets
+    while a run's devices share this machine's cores (and, on a virtual
+    machine, what its hypervisor leaves of them); a synchronous round waits for
+    its slowest device.
+    """
+    tasks = [
+        cluster.client.submit(
+            step_pace, model, PACE_STEPS[model], workers=[hosts.spec.device(i)], allow_other_workers=False, pure=False
+        )
+        for i in range(devices)
+    ]
+    return max(float(task.result(timeout=RESTART_TIMEOUT_S)) for task in tasks)
 
 
 def paced(before_s: float, after_s: float, at_board_s: float) -> float:
@@ -254,9 +267,9 @@ def run_config(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: s
         model=model, n_devices=devices, sync_every="epoch", epochs=ROUNDS, batch_size=BATCH_SIZE, worker_data="full"
     )
     groups = [g for i in range(devices) for g in hosts.cgroups[hosts.spec.device(i)]]
-    before, load0 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    before, load0 = {g: device_cgroups.usage(g) for g in groups}, machine_cpu.read()
     run = _train(cluster, data, cfg)
-    after, load1 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    after, load1 = {g: device_cgroups.usage(g) for g in groups}, machine_cpu.read()
     return {
         "model": model,
         "devices": devices,
@@ -365,11 +378,11 @@ def run_stream(
     """One stream: CIFAR-10 test images through ResNet-20 cut into ``devices`` stages, one per limited host."""
     images = _cifar(max(MICRO_BATCH, round(PIPELINE_IMAGES_AT_FIFTH * (hosts.spec.cpus or 1.0) / 0.2)))
     groups = [g for i in range(devices) for g in hosts.cgroups[hosts.spec.device(i)]]
-    before, load0 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    before, load0 = {g: device_cgroups.usage(g) for g in groups}, machine_cpu.read()
     result = run_pipeline(
         cluster, _pipeline_model(), images, n_stages=devices, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight
     )
-    after, load1 = {g: device_cgroups.usage(g) for g in groups}, _cpu_times()
+    after, load1 = {g: device_cgroups.usage(g) for g in groups}, machine_cpu.read()
     return {
         "model": "pipeline",
         "devices": devices,
@@ -425,13 +438,6 @@ def _cgroup_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str,
                 out[key] = out.get(key, 0) + value - before[group].get(key, 0)
         out["busiest_cpu_ns"] = max(out["busiest_cpu_ns"], now.get("cpu_ns", 0) - before[group].get("cpu_ns", 0))
     return out
-
-
-def _cpu_times() -> tuple[float, float, float]:
-    """(wall, busy jiffies, all jiffies) of the whole machine, from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    return time.time(), float(sum(fields) - idle), float(sum(fields))
 
 
 # ------------------------------------------------------- the comparison ----
@@ -716,11 +722,12 @@ def run_block(
                                     done["stream"], board, factor, message, host=emulated_on, alone=alone
                                 )
                             else:
-                                # The board's pace probed either side of the run: does the machine's
-                                # speed at the run, not at the calibration, account for the clock's error?
-                                before = pace_on(cluster, hosts, model)
+                                # The board's pace probed either side of the run, on all its hosts at once:
+                                # does the speed each host gets then, beside the others, not the board's at
+                                # its calibration (alone), account for the clock's error?
+                                before = pace_on(cluster, hosts, model, n)
                                 done = run_config(cluster, hosts, model, n)
-                                after = pace_on(cluster, hosts, model)
+                                after = pace_on(cluster, hosts, model, n)
                                 pace = paced(before, after, now["pace_s"][model])
                                 measured = compare(done["run"], board, cells.get(model), links[(model, n)], pace)
                                 measured |= {"pace_before_s": before, "pace_after_s": after}
@@ -800,9 +807,11 @@ def _board(
 
 def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: int) -> dict[str, Any]:
     model = done["model"]
-    (w0, busy0, all0), (w1, busy1, all1) = done["load"]
-    wall = w1 - w0
+    start, end = done["load"]
+    wall = end.wall_s - start.wall_s
     use = done["cgroups"]
+    # The guest's own work in cores, and the share of the machine's CPU time its hypervisor took (steal)
+    machine = machine_cpu.shares(start, end)
     return {
         "devices": done["devices"],
         "cores": cores,
@@ -811,7 +820,8 @@ def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: i
         **measured,
         "steps_per_round": int(done["run"].records["steps"].iloc[0]) if "run" in done else 0,
         "run_wall_s": wall,
-        "machine_busy_cores": (busy1 - busy0) / (all1 - all0) * (os.cpu_count() or 1) if all1 > all0 else float("nan"),
+        "machine_busy_cores": machine["busy_cores"],
+        "machine_steal_share": machine["steal_share"],
         "loadavg_1min": os.getloadavg()[0],
         "devices_cores_used": use.get("cpu_ns", 0) / 1e9 / wall / done["devices"],
         "busiest_device_cores": use.get("busiest_cpu_ns", 0) / 1e9 / wall,
@@ -887,6 +897,7 @@ def run_benchmark(
             "calibration_seconds": seconds,
             "pace_steps": PACE_STEPS,
             "pace_images": PACE_IMAGES,
+            "pace_beside_runs": "on all the run's hosts at once, the slowest",
             "clock_topology": CLOCK.describe(),
             "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
         },
@@ -934,9 +945,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"The board's pace: {' and '.join(f'{n} steps of {m}' for m, n in c.get('pace_steps', PACE_STEPS).items())}"
-            f" at batch {c['batch_size']} on the first host's worker, inside its "
-            "quota, right after each calibration and either side of each run; pace = the mean of a run's two probes "
-            "over the calibration's (above 1: slower than when calibrated). The paced clock multiplies the device "
+            f" at batch {c['batch_size']} inside the quota: on the first host's worker alone right after each "
+            "calibration, and either side of each run "
+            f"{c.get('pace_beside_runs', 'on the first host alone')}; pace = the "
+            "mean of a run's two probes over the calibration's (above 1: slower than when calibrated). The paced "
+            "clock multiplies the device "
             "model's compute by it: a diagnostic of whether the machine's speed at the run, not at the calibration, "
             "makes the error; the verdict above stays the plain clock's.",
             "",
@@ -958,8 +971,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         "| devices | cores | model | device compute (measured) | devices' mean compute (measured) | device model | "
         "rest of round (measured) | link (clock) | server | clock with the board's own timed step | its error | "
-        "cores used per device | by the busiest device | throttled periods | machine busy cores |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cores used per device | by the busiest device | throttled periods | machine busy cores | stolen |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
         lines.append(
@@ -969,7 +982,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s['server_s']:.3f} | {s.get('emulated_cell_s', nan):.3f} | "
             f"{s.get('error_cell', nan):+.1%} | {s['devices_cores_used']:.3f} | "
             f"{s.get('busiest_device_cores', nan):.3f} | "
-            f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} |"
+            f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} | {s.get('machine_steal_share', nan):.0%} |"
         )
     boards = results["boards"]
     lines += [
@@ -1017,8 +1030,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         )
         lines.append(
             f"- {cores} cores (`{doc['profile']['name']}`): {terms}, fit residual "
-            f"{fit['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}; an idle host's own processes used "
-            f"{doc['idle_host_cores']:.3f} cores{said}"
+            f"{fit['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}{_stolen(doc)}; an idle host's own "
+            f"processes used {doc['idle_host_cores']:.3f} cores{said}"
         )
         for again in doc.get("repeats", []):  # calibrated again before each later repeat
             if "failed" in again:
@@ -1028,6 +1041,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"  - again before a later repeat (`{again['profile']['name']}`): {terms}, fit residual "
                 f"{again['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}"
+                f"{_stolen(again)}"
             )
     lines += [
         "",
@@ -1035,9 +1049,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         "server's averaging); device compute = the slowest device's wall inside its task (beside it, the devices' "
         "mean: the gap is the round waiting for its slowest device). Emulated = the same "
         "records through the emulated clock; the board's own timed step replaces the fitted device model in the "
-        "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota.",
+        "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota. Machine "
+        "busy cores: this machine's own work over the run; stolen: the share of its CPU time the hypervisor gave "
+        "other guests (steal, in /proc/stat), which no quota is charged for and no device gets.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _stolen(doc: dict[str, Any]) -> str:
+    """``"; 12% of the machine stolen while timed"`` from a board file that records it, else nothing."""
+    steal = doc["measurements"].get("machine", {}).get("steal_share")
+    return "" if steal is None or steal != steal else f"; {steal:.0%} of the machine's CPU stolen while timed"
 
 
 def _board_terms(doc: dict[str, Any]) -> tuple[str, str, str]:

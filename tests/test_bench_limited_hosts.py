@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 
@@ -94,6 +96,42 @@ def test_a_runs_pace_is_its_probes_mean_over_the_calibrations_and_a_bad_probe_is
     assert bench.paced(0.005, 0.005, 0.010) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="positive seconds per step"):
         bench.paced(0.0, 0.013, 0.010)
+
+
+def test_the_pace_beside_a_run_is_probed_on_each_of_its_hosts_at_once_and_the_slowest_kept(bench) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: a client that records where each probe goes (a stand-in for the cluster: what is tested is which
+    # hosts are asked, all before any answer is waited for, and which answer is kept)
+    asked: list[str] = []
+    waited: list[int] = []
+
+    class Task:
+        def __init__(self, seconds: float) -> None:
+            self.seconds = seconds
+
+        def result(self, timeout: float) -> float:
+            waited.append(len(asked))
+            return self.seconds
+
+    class Client:
+        def submit(self, fn, model, steps, *, workers, allow_other_workers, pure):  # type: ignore[no-untyped-def]
+            assert fn is bench.step_pace and steps == bench.PACE_STEPS[model]
+            assert (allow_other_workers, pure) == (False, False)
+            asked.extend(workers)
+            return Task({"ell-0": 0.010, "ell-1": 0.014, "ell-2": 0.012}[workers[0]])
+
+    class Spec:
+        def device(self, i: int) -> str:
+            return f"ell-{i}"
+
+    cluster = type("Cluster", (), {"client": Client()})()
+    hosts = type("Hosts", (), {"spec": Spec()})()
+
+    # Execute / Assert: alone, the first host; beside a run of three, all three at once, the slowest kept
+    assert bench.pace_on(cluster, hosts, "mlp") == 0.010 and asked == ["ell-0"]
+    asked.clear()
+    waited.clear()
+    assert bench.pace_on(cluster, hosts, "mlp", 3) == 0.014
+    assert asked == ["ell-0", "ell-1", "ell-2"] and waited == [3, 3, 3]
 
 
 def test_the_pace_probe_gives_seconds_per_real_training_step_its_untimed_build_and_trace_left_out(bench) -> None:  # type: ignore[no-untyped-def]
@@ -247,6 +285,36 @@ def test_the_groups_counts_are_summed_and_the_busiest_devices_cpu_is_kept_apart(
         "memory_peak_bytes": 7,
         "busiest_cpu_ns": 500,
     }
+
+
+def test_a_run_s_row_splits_the_machine_s_cpu_into_its_own_work_and_what_the_hypervisor_took(bench) -> None:  # type: ignore[no-untyped-def]
+    from edgelab.common.machine_cpu import CpuTimes
+
+    # Prepare: 10 s of 2 devices' run; over it 2,000 ticks of the 2 CPUs: 1,000 busy, 500 idle, 500 stolen
+    done = {
+        "model": "mlp",
+        "devices": 2,
+        "cgroups": {"cpu_ns": 3_000_000_000, "busiest_cpu_ns": 2_000_000_000, "nr_periods": 100, "nr_throttled": 90},
+        "load": (CpuTimes(100.0, 10_000, 50_000, 1_000), CpuTimes(110.0, 11_000, 50_500, 1_500)),
+    }
+
+    # Execute
+    row = bench._row(done, {"error": 0.0}, 0.2, 0)
+
+    # Assert
+    assert row["run_wall_s"] == 10.0
+    assert row["machine_steal_share"] == 0.25
+    assert row["machine_busy_cores"] == pytest.approx(0.5 * (os.cpu_count() or 1))
+    assert (row["devices_cores_used"], row["busiest_device_cores"]) == (0.15, 0.2)
+    assert row["throttled_share"] == 0.9
+
+
+def test_a_board_s_steal_while_timed_is_said_when_its_file_records_it(bench) -> None:  # type: ignore[no-untyped-def]
+    assert bench._stolen({"measurements": {"machine": {"steal_share": 0.123}}}) == (
+        "; 12% of the machine's CPU stolen while timed"
+    )
+    assert bench._stolen({"measurements": {}}) == ""  # a board file from before it was measured
+    assert bench._stolen({"measurements": {"machine": {"steal_share": float("nan")}}}) == ""
 
 
 def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(
