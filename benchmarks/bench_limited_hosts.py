@@ -822,6 +822,7 @@ def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: i
         "run_wall_s": wall,
         "machine_busy_cores": machine["busy_cores"],
         "machine_steal_share": machine["steal_share"],
+        "machine_stolen_of_wanted": machine["stolen_of_wanted"],
         "loadavg_1min": os.getloadavg()[0],
         "devices_cores_used": use.get("cpu_ns", 0) / 1e9 / wall / done["devices"],
         "busiest_device_cores": use.get("busiest_cpu_ns", 0) / 1e9 / wall,
@@ -971,7 +972,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         "| devices | cores | model | device compute (measured) | devices' mean compute (measured) | device model | "
         "rest of round (measured) | link (clock) | server | clock with the board's own timed step | its error | "
-        "cores used per device | by the busiest device | throttled periods | machine busy cores | stolen |",
+        "cores used per device | by the busiest device | throttled periods | machine busy cores | stolen of wanted |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
@@ -982,7 +983,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s['server_s']:.3f} | {s.get('emulated_cell_s', nan):.3f} | "
             f"{s.get('error_cell', nan):+.1%} | {s['devices_cores_used']:.3f} | "
             f"{s.get('busiest_device_cores', nan):.3f} | "
-            f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} | {s.get('machine_steal_share', nan):.0%} |"
+            f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} | "
+            f"{s.get('machine_stolen_of_wanted', nan):.0%} |"
         )
     boards = results["boards"]
     lines += [
@@ -1050,16 +1052,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         "mean: the gap is the round waiting for its slowest device). Emulated = the same "
         "records through the emulated clock; the board's own timed step replaces the fitted device model in the "
         "diagnostic clock. Throttled periods: CFS periods in which a device's group used up its quota. Machine "
-        "busy cores: this machine's own work over the run; stolen: the share of its CPU time the hypervisor gave "
-        "other guests (steal, in /proc/stat), which no quota is charged for and no device gets.",
+        "busy cores: this machine's own work over the run; stolen of wanted: of the CPU time this machine wanted "
+        "(its work plus the steal in /proc/stat), the share its hypervisor gave other guests, time no quota is "
+        "charged for and no device gets.",
     ]
     return "\n".join(lines) + "\n"
 
 
 def _stolen(doc: dict[str, Any]) -> str:
-    """``"; 12% of the machine stolen while timed"`` from a board file that records it, else nothing."""
-    steal = doc["measurements"].get("machine", {}).get("steal_share")
-    return "" if steal is None or steal != steal else f"; {steal:.0%} of the machine's CPU stolen while timed"
+    """``"; 12% of the CPU time wanted stolen while timed"`` from a board file that records it, else nothing."""
+    steal = doc["measurements"].get("machine", {}).get("stolen_of_wanted")
+    return "" if steal is None or steal != steal else f"; {steal:.0%} of the CPU time wanted stolen while timed"
 
 
 def _board_terms(doc: dict[str, Any]) -> tuple[str, str, str]:

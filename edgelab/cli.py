@@ -531,12 +531,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
             "else was running; calibrate again on a quiet board",
             file=sys.stderr,
         )
-    steal = measurements.get("machine", {}).get("steal_share", float("nan"))
-    if steal > QUIET_STEAL:  # NaN (not Linux) compares False
+    steal = measurements.get("machine", {}).get("stolen_of_wanted", float("nan"))
+    if steal > QUIET_STEAL:  # NaN (not Linux, or nothing wanted) compares False
         print(
-            f"edgelab calibrate: the hypervisor took {steal:.0%} of this machine's CPU time while the steps were "
-            f"timed (steal, more than {QUIET_STEAL:.0%}): this virtual machine is slower now than when it gets its "
-            "cores; the profile is the board as it was in this hour",
+            f"edgelab calibrate: the hypervisor kept {steal:.0%} of the CPU time this machine wanted while the steps "
+            f"were timed (steal, more than {QUIET_STEAL:.0%}): this virtual machine is slower now than when it gets "
+            "its cores; the profile is the board as it was in this hour",
             file=sys.stderr,
         )
     print(f"edgelab calibrate: wrote {path}; give it as any notebook's device_profile (e.g. -p device_profile {path})")

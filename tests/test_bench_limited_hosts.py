@@ -303,18 +303,18 @@ def test_a_run_s_row_splits_the_machine_s_cpu_into_its_own_work_and_what_the_hyp
 
     # Assert
     assert row["run_wall_s"] == 10.0
-    assert row["machine_steal_share"] == 0.25
+    assert (row["machine_steal_share"], row["machine_stolen_of_wanted"]) == (0.25, 500 / 1500)
     assert row["machine_busy_cores"] == pytest.approx(0.5 * (os.cpu_count() or 1))
     assert (row["devices_cores_used"], row["busiest_device_cores"]) == (0.15, 0.2)
     assert row["throttled_share"] == 0.9
 
 
 def test_a_board_s_steal_while_timed_is_said_when_its_file_records_it(bench) -> None:  # type: ignore[no-untyped-def]
-    assert bench._stolen({"measurements": {"machine": {"steal_share": 0.123}}}) == (
-        "; 12% of the machine's CPU stolen while timed"
+    assert bench._stolen({"measurements": {"machine": {"stolen_of_wanted": 0.123}}}) == (
+        "; 12% of the CPU time wanted stolen while timed"
     )
     assert bench._stolen({"measurements": {}}) == ""  # a board file from before it was measured
-    assert bench._stolen({"measurements": {"machine": {"steal_share": float("nan")}}}) == ""
+    assert bench._stolen({"measurements": {"machine": {"stolen_of_wanted": float("nan")}}}) == ""
 
 
 def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(

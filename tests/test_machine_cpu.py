@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -41,14 +42,17 @@ def test_shares_split_the_window_into_the_guest_s_work_and_the_hypervisor_s() ->
     before = CpuTimes(0.0, 1000, 5000, 200)
     after = CpuTimes(2.0, 1150, 5150, 300)
 
-    # Execute / Assert
-    assert shares(before, after, cpus=2) == {"busy_cores": 0.75, "steal_share": 0.25}
+    # Execute / Assert: of the 250 ticks it wanted, 100 went to other guests
+    assert shares(before, after, cpus=2) == {"busy_cores": 0.75, "steal_share": 0.25, "stolen_of_wanted": 0.4}
 
 
 def test_no_time_passed_or_a_missing_reading_gives_nan() -> None:
     same = CpuTimes(0.0, 1, 1, 1)
     for got in (shares(same, same), shares(None, same), shares(same, None)):
+        assert set(got) == {"busy_cores", "steal_share", "stolen_of_wanted"}
         assert all(v != v for v in got.values())
+    # Idle throughout: nothing was wanted, so nothing of it was stolen or kept
+    assert math.isnan(shares(CpuTimes(0.0, 5, 5, 5), CpuTimes(1.0, 5, 205, 5))["stolen_of_wanted"])
 
 
 def test_a_missing_file_reads_as_none(tmp_path: Path) -> None:
@@ -68,4 +72,4 @@ def test_this_machine_s_cpus_count_a_busy_loop() -> None:
     assert before is not None and after is not None
     assert after.busy - before.busy >= 20
     got = shares(before, after)
-    assert 0.0 < got["busy_cores"] and 0.0 <= got["steal_share"] < 1.0
+    assert 0.0 < got["busy_cores"] and 0.0 <= got["steal_share"] <= got["stolen_of_wanted"] < 1.0

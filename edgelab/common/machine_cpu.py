@@ -66,18 +66,28 @@ def read(path: str | os.PathLike[str] = PROC_STAT) -> CpuTimes | None:
 
 
 def shares(before: CpuTimes | None, after: CpuTimes | None, cpus: int | None = None) -> dict[str, float]:
-    """Between two readings: ``busy_cores`` (the guest's own work, in cores) and ``steal_share`` (of all CPU time).
+    """Between two readings, how the machine's CPU time went.
 
-    NaN for both when either reading is missing or no time passed.
+    * ``busy_cores``: the guest's own work, in cores;
+    * ``steal_share``: stolen, of all its CPU time (what ``top`` shows as ``st``);
+    * ``stolen_of_wanted``: stolen, of the time it wanted (its own work plus
+      the steal). Steal accrues only while the guest has work to run, so an
+      idle hour shows none: this share is what a busy guest loses.
+
+    NaN for each when either reading is missing or no time passed.
 
     Examples
     --------
     >>> shares(CpuTimes(0.0, 0, 0, 0), CpuTimes(1.0, 100, 60, 40), cpus=2)
-    {'busy_cores': 1.0, 'steal_share': 0.2}
+    {'busy_cores': 1.0, 'steal_share': 0.2, 'stolen_of_wanted': 0.2857142857142857}
     """
+    nan = float("nan")
     if before is None or after is None or after.total <= before.total:
-        return {"busy_cores": float("nan"), "steal_share": float("nan")}
+        return {"busy_cores": nan, "steal_share": nan, "stolen_of_wanted": nan}
     total = after.total - before.total
-    cores = cpus or os.cpu_count() or 1
-    busy_cores = (after.busy - before.busy) / total * cores
-    return {"busy_cores": busy_cores, "steal_share": (after.steal - before.steal) / total}
+    busy, steal = after.busy - before.busy, after.steal - before.steal
+    return {
+        "busy_cores": busy / total * (cpus or os.cpu_count() or 1),
+        "steal_share": steal / total,
+        "stolen_of_wanted": steal / (busy + steal) if busy + steal else nan,
+    }

@@ -63,7 +63,7 @@ SHARD_SAMPLES = 60_000
 TERMS = ("step_s", "param_s", "s_per_conv_flop", "s_per_dense_flop")
 #: Largest spread of a cell's repeats ((slowest - fastest) / median) a calibration on a quiet board shows.
 QUIET_SPREAD = 0.10
-#: Largest share of the machine's CPU time a hypervisor may take (steal) while a quiet board is timed.
+#: Largest share of the CPU time the machine wanted a hypervisor may keep (steal) while a quiet board is timed.
 QUIET_STEAL = 0.05
 #: The environment a device worker's TensorFlow runs with (one thread per pool).
 WORKER_THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
