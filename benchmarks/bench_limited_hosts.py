@@ -29,7 +29,8 @@ emulated clock claims to predict: boards of that speed on that link.
    micro-batches (``edgelab.pipeline.stream.run_pipeline``), against the
    stream's emulated clock (``edgelab.emulation.stream_clock.compose``: each
    stage's measured CPU time times the board's speed factor, this machine's
-   sustained GEMM rate over the board's, and the link for every transfer).
+   sustained GEMM rate per CPU second over the board's, and the link for every
+   transfer).
    The clock composes the same stream run just before with the quotas lifted,
    as the emulated cluster would run it: a CPU second measured under the quota
    is already the board's (each throttle hands the caches to other work), and
@@ -675,7 +676,7 @@ def run_block(
                     streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
                     warm_up(cluster, max(devices), kinds, max(streams, default=0))
                     doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
-                    doc["host_sustained_gflops"] = sustained_gflops(seconds=seconds / 2)
+                    doc |= _host_gemm(seconds)
                     models = [m for m in MODELS if m in kinds]
                     doc["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}  # the board's, as calibrated
                     doc["repeats"] = []
@@ -706,7 +707,9 @@ def run_block(
                             if "pace_s" not in now:  # calibrated again (a failed one leaves the last board's)
                                 now["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}
                         cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
-                        # The stream clock's speed factor: this machine's sustained rate over the board's, one thread.
+                        # The stream clock's speed factor: this machine's sustained rate per CPU second (the stages'
+                        # CPU seconds are what it turns into the board's; a wall second here holds the hypervisor's
+                        # steal besides) over the board's, one thread.
                         factor = now["host_sustained_gflops"] / board.reference_gflops
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
                             if model == "pipeline":
@@ -787,10 +790,15 @@ def _calibrate_again(
         print(f"repeat {repeat}: calibration failed, the last board kept: {exc}", flush=True)
         return last
     board = get_profile(str(again))
-    now = {**json.loads(again.read_text()), "host_sustained_gflops": sustained_gflops(seconds=seconds / 2)}
+    now = {**json.loads(again.read_text()), **_host_gemm(seconds)}
     doc["repeats"].append(now)
     print(f"repeat {repeat}: {for_profile(board.name).describe()}", flush=True)
     return now, board
+
+
+def _host_gemm(seconds: float) -> dict[str, Any]:
+    """The sustained single-thread GEMM rate here per CPU second, beside a board: the stream clock's numerator."""
+    return {"host_sustained_gflops": sustained_gflops(seconds=seconds / 2, clock="cpu"), "host_gemm_clock": "cpu"}
 
 
 def _board(
@@ -899,6 +907,7 @@ def run_benchmark(
             "pace_steps": PACE_STEPS,
             "pace_images": PACE_IMAGES,
             "pace_beside_runs": "on all the run's hosts at once, the slowest",
+            "host_gemm_clock": "cpu",
             "clock_topology": CLOCK.describe(),
             "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
         },
@@ -1079,7 +1088,8 @@ def _board_terms(doc: dict[str, Any]) -> tuple[str, str, str]:
         terms += f" + {1e9 * p['wire_s_per_byte']:.2f} ns per byte exchanged"
     gemm = f"sustained GEMM {p['reference_gflops']:.2f} GFLOP/s"
     if doc.get("host_sustained_gflops"):
-        gemm += f" (this machine's {doc['host_sustained_gflops']:.1f}: speed factor "
+        per = " per CPU second" if doc.get("host_gemm_clock") == "cpu" else ""
+        gemm += f" (this machine's {doc['host_sustained_gflops']:.1f}{per}: speed factor "
         gemm += f"{doc['host_sustained_gflops'] / p['reference_gflops']:.2f})"
     return terms, gemm, cells
 

@@ -317,6 +317,14 @@ def test_a_board_s_steal_while_timed_is_said_when_its_file_records_it(bench) -> 
     assert bench._stolen({"measurements": {"machine": {"stolen_of_wanted": float("nan")}}}) == ""
 
 
+def test_a_board_s_line_says_the_host_rate_is_per_cpu_second_when_it_was_measured_so(bench) -> None:  # type: ignore[no-untyped-def]
+    profile = {"step_s": 0.0, "flops_per_s": 5e9, "reference_gflops": 10.0}
+    doc = {"profile": profile, "measurements": {"cells": []}, "host_sustained_gflops": 70.0}
+    assert "(this machine's 70.0: speed factor 7.00)" in bench._board_terms(doc)[1]  # a run from before
+    doc["host_gemm_clock"] = "cpu"
+    assert "(this machine's 70.0 per CPU second: speed factor 7.00)" in bench._board_terms(doc)[1]
+
+
 def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(
     bench, board: DeviceProfile, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import edgelab
 from edgelab import cli
 from edgelab.common.errors import ConfigError
 from edgelab.emulation import device_model
-from edgelab.emulation.profiles import PROFILES, get_profile, load_board, save_board
+from edgelab.emulation.profiles import PROFILES, get_profile, load_board, save_board, sustained_gflops
 from edgelab.models.costs import training_flops_per_sample
 from edgelab.runtime import board_calibration as bc
 
@@ -296,3 +298,35 @@ def test_a_measured_board_prices_steps_parameters_each_class_and_the_bytes_it_ex
 def test_a_negative_or_zero_term_is_refused_naming_it(term: str) -> None:
     with pytest.raises(ConfigError, match=term):
         device_model.DeviceModel("board_g", step_s=0.001, flops_per_s=1e9, **{term: -1.0})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here (not Linux)")
+def test_the_gemm_rate_per_cpu_second_leaves_out_time_the_thread_did_not_run() -> None:
+    # Prepare: this process on one CPU beside a thread that spins, so the products get about half of its time
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        spinner.start()
+        # Execute
+        wall = sustained_gflops(seconds=0.3, repeats=1, size=256, clock="wall")
+        cpu = sustained_gflops(seconds=0.3, repeats=1, size=256, clock="cpu")
+    finally:
+        stop.set()
+        spinner.join()
+        os.sched_setaffinity(0, cpus)
+
+    # Assert: per wall second the products did about half the work they did per CPU second
+    assert cpu > 1.3 * wall
+
+
+def test_a_gemm_clock_that_is_neither_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match="clock") as error:
+        sustained_gflops(seconds=0.01, clock="steal")
+    assert error.value.parameter == "clock"
