@@ -3,10 +3,11 @@
 On a virtual machine the hypervisor may run other guests on the cores this
 one was given. Linux counts that time as *steal*: the guest wanted its CPU
 and did not get it. A kernel with steal accounting (``PARAVIRT_TIME_ACCOUNTING``)
-charges no task, and so no cgroup quota, for it: a process held to a fifth
-of a core still gets its fifth of the CPU time it is given, but the machine
-gives less of it, and later. A board measured on such a machine, or limited
-hosts run on one, are slower in the hours the hypervisor takes more.
+charges no task, and so no cgroup quota, for it: a process held to a fifth of
+a core is charged only for the time it ran, but it waits while others run,
+and the machine's processes share less CPU in all. A board measured on such a
+machine, or limited hosts run on one, are slower in the hours the hypervisor
+takes more.
 
 Where ``/proc/stat`` is missing (not Linux) :func:`read` returns None.
 """

@@ -27,9 +27,9 @@ a container or a cgroup-limited host is measured as the board it is), what the
 OS holds already, and the framework's own footprint. A link cannot be measured
 from one end: its rate and latency are given (``--link-mbps``,
 ``--latency-ms``) and recorded as given. On a virtual machine, the share of
-the machine's CPU time its hypervisor took while the steps were timed
-(``edgelab.common.machine_cpu``): a board measured in an hour when it took
-much is a slower board than the same machine in a quiet one.
+the CPU time the machine wanted that its hypervisor gave other guests while the
+steps were timed (``edgelab.common.machine_cpu``): a board measured in an hour
+when it took much is a slower board than the same machine in a quiet one.
 """
 
 from __future__ import annotations
