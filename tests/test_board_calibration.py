@@ -286,6 +286,7 @@ def test_a_measured_board_prices_steps_parameters_each_class_and_the_bytes_it_ex
     per_sample = (split["conv"] + split["elementwise"]) / 2e9 + split["dense"] / 5e9
     expected = 10 * per_step + 640 * per_sample + 1e6 * 1e-9
     assert model.records_compute_s(records, "cnn").tolist() == pytest.approx([expected], rel=1e-12)
+    # A first convolution keeps its three passes: MXNet 0.9.5 multiplies out the images' gradient too.
     assert split["conv"] == 6 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500) and split["dense"] == 6 * (800 * 500 + 500 * 10)
     # Without the measured terms it is the two-term model, to the last bit (the paper-fitted boards' clock).
     plain = device_model.DeviceModel("board_f", step_s=0.001, flops_per_s=2e9)

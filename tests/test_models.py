@@ -1,4 +1,4 @@
-"""Tests for edgelab.models.builtin: parameter counts, shapes, seeding and input preparation."""
+"""Tests for edgelab.models.builtin: parameter counts, shapes, seeding, input preparation, counted FLOPs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from edgelab.models.builtin import (
     parameter_count,
     prepare_images,
 )
+from edgelab.models.costs import training_flops_by_class
 
 # Hand-counted from the layer shapes in the module docstring (weights + biases).
 MLP_PARAMS = (784 * 128 + 128) + (128 * 64 + 64) + (64 * 10 + 10)
@@ -196,3 +197,47 @@ def test_weight_decay_shrinks_weights_not_biases_by_lr_times_decay() -> None:
     for w0, a, b in zip(start, plain.get_weights(), decayed.get_weights(), strict=True):
         expected = -0.05 * 0.1 * w0 if w0.ndim > 1 else np.zeros_like(w0)
         np.testing.assert_allclose(b - a, expected, atol=1e-6)
+
+
+def _training_step_ops(net: Any, batch: int) -> list[Any]:
+    """The operations of one training step of ``net`` that its weights' gradients need.
+
+    TensorFlow runs a function's stateless operations only when an output
+    needs them: those are the ones counted here.
+    """
+    import tensorflow as tf
+
+    x = tf.zeros((batch, *net.input_shape[1:]))
+    y = tf.zeros((batch,), tf.int32)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, net(x, training=True))
+        return tape.gradient(loss, net.trainable_variables)
+
+    graph = step.get_concrete_function(x, y).graph
+    needed, todo = {}, [t.op for t in graph.outputs]
+    while todo:
+        op = todo.pop()
+        if op.name not in needed:
+            needed[op.name] = op
+            todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return list(needed.values())
+
+
+def test_the_counted_training_flops_are_the_products_tensorflow_runs(built: dict[str, Any]) -> None:
+    # Arrange: the matrix products of a real training step of the MLP, read from its graph.
+    batch = 8
+    flops = 0
+    for op in _training_step_ops(built["mlp"], batch):
+        if op.type == "MatMul":
+            a, b = (t.shape for t in op.inputs)
+            m, k = (a[1], a[0]) if op.get_attr("transpose_a") else (a[0], a[1])
+            n = b[0] if op.get_attr("transpose_b") else b[1]
+            flops += 2 * m * k * n
+
+    # Assert: three passes per layer but no gradient with respect to the images (two passes for the first).
+    assert flops / batch == training_flops_by_class("mlp")["dense"] == 2 * (2 * 784 * 128 + 3 * (128 * 64 + 64 * 10))
+
