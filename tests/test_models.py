@@ -240,4 +240,3 @@ def test_the_counted_training_flops_are_the_products_tensorflow_runs(built: dict
 
     # Assert: three passes per layer but no gradient with respect to the images (two passes for the first).
     assert flops / batch == training_flops_by_class("mlp")["dense"] == 2 * (2 * 784 * 128 + 3 * (128 * 64 + 64 * 10))
-

@@ -8,14 +8,13 @@ parameter counts and output shapes against the real Keras models.
 FLOPs count a multiply-add as two. A training step costs three forward passes
 of the multiply-adds (forward, gradient with respect to the input, gradient
 with respect to the weights), except a dense layer that takes the images
-themselves: no gradient is asked of the data, and MXNet (0.9.5, the papers'
-framework, as later ones) skips that product, as TensorFlow does, so it costs
-two. A first convolution still costs three: MXNet 0.9.5's convolution
-multiplies out the data's gradient whatever is asked of it (its ``Backward``
-drops the result only after the product); TensorFlow prunes it (4% of
-LeNet-CNN's count, 0.2% of ResNet-32's), and the count stays with the board's
-framework. Plus the element-wise work of normalisation,
-activations and additions, counted as ``ELEMENTWISE_TRAINING_FLOPS`` per
+themselves: no gradient is asked of the data, and MXNet 0.9.5 (Park 2020's
+framework) skips that product, as TensorFlow does, so it costs two. A first
+convolution still costs three: MXNet 0.9.5's convolution multiplies out the
+data's gradient whatever is asked of it and drops it afterwards; TensorFlow
+prunes it (4% of LeNet-CNN's count, 0.2% of ResNet-32's), and the count stays
+with the framework the paper-fitted board ran. Element-wise work of
+normalisation, activations and additions counts as ``ELEMENTWISE_TRAINING_FLOPS`` per
 output element. These are conventions: the device model
 (``edgelab.emulation.device_model``) fits its rate on measured paper cells, so a
 constant factor here changes the fitted rate, not the predictions.
