@@ -86,9 +86,25 @@ def _long_values(csv: pd.DataFrame, item_id: str, cell: str) -> tuple[float, flo
     return float(paper), statistics.median(repeats)
 
 
+def _sync_async_values(csv: pd.DataFrame, cell: str) -> tuple[float, float]:
+    """park2020/fig3a: the paper's "async" row against the measured dist_async ("ps_async") repeats."""
+    model, method, what = re.fullmatch(r"(\w+) (sync|dist_async): (time|sync minus async time)", cell).groups()  # type: ignore[union-attr]
+    metric = "mean_device_s" if what == "time" else "sync_minus_async_s"
+    names = {
+        "paper": "ps_sync" if method == "sync" else "async",
+        "measured": "ps_sync" if method == "sync" else "ps_async",
+    }
+    mine = csv[(csv["model"] == model) & (csv["metric"] == metric)]
+    (paper,) = mine[(mine["series"] == "paper") & (mine["strategy"] == names["paper"])]["value"]
+    repeats = mine[(mine["series"] == "measured") & (mine["strategy"] == names["measured"])]["value"].tolist()
+    return float(paper), statistics.median(repeats)
+
+
 def _item_values(item_id: str, csv: pd.DataFrame, cell: str) -> tuple[float, float]:
     if item_id in LONG:
         return _long_values(csv, item_id, cell)
+    if item_id == "park2020/fig3a":
+        return _sync_async_values(csv, cell)
     if item_id == "zhang2018/table2":  # its key column joins the tier and the network
         tier, network, latency = re.fullmatch(r"(\w+)/(\S+) latency=([\d.]+)s", cell).groups()  # type: ignore[union-attr]
         mask = (csv["device, network"] == f"{tier}, {network}") & (csv["latency (s)"] == float(latency))
@@ -104,7 +120,7 @@ def rows() -> pd.DataFrame:
 
 def test_every_cell_holds_the_values_of_its_items_own_csv(rows: pd.DataFrame) -> None:
     # Prepare: every item the module reads has a rule of its own here
-    assert set(rows["id"]) <= set(WIDE) | set(LONG) | {"zhang2018/table2"}
+    assert set(rows["id"]) <= set(WIDE) | set(LONG) | {"zhang2018/table2", "park2020/fig3a"}
     assert len(rows) > 40
 
     for row in rows.to_dict("records"):
@@ -115,6 +131,18 @@ def test_every_cell_holds_the_values_of_its_items_own_csv(rows: pd.DataFrame) ->
         # Assert
         assert row["paper"] == pytest.approx(paper, rel=1e-12), row
         assert row["emulated"] == pytest.approx(emulated, rel=1e-12), row
+
+
+def test_the_committed_table_is_the_one_the_committed_items_give(rows: pd.DataFrame) -> None:
+    # Execute: reports/fidelity.csv as committed (written by `edgelab report` or a reproduction)
+    written = pd.read_csv(REPORTS / fidelity.CSV_NAME, keep_default_na=False)
+
+    # Assert: the same cells in the same order, the same values and labels (a stale table fails here)
+    assert list(zip(written["id"], written["cell"], strict=True)) == list(zip(rows["id"], rows["cell"], strict=True))
+    for column in ("paper", "emulated", "abs_error"):
+        assert written[column].astype(float).tolist() == pytest.approx(rows[column].astype(float).tolist(), rel=1e-9)
+    for column in ("fitted", "paper_inconsistent", "profile", "source"):
+        assert written[column].tolist() == rows[column].tolist(), column
 
 
 def test_every_source_that_ran_gives_cells_and_the_paper_sized_run_wins(rows: pd.DataFrame) -> None:
