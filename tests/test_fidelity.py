@@ -274,8 +274,8 @@ def test_a_long_and_a_wide_csv_give_one_cell_each_with_both_values(
 
 
 def test_the_page_has_the_section_its_figure_and_the_contradictions_apart(tmp_path: Path) -> None:
-    # Prepare: two items' paper-sized CSVs, as committed
-    for item_id in ("park2020/table1", "jeon/table1"):
+    # Prepare: three items' paper-sized CSVs, as committed (Table 3's memory is outside the core set)
+    for item_id in ("park2020/table1", "jeon/table1", "park2020/table3"):
         target = tmp_path / "full-profile" / f"{item_id}.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPORTS / "full-profile" / f"{item_id}.csv", target)
@@ -293,8 +293,17 @@ def test_the_page_has_the_section_its_figure_and_the_contradictions_apart(tmp_pa
     assert "predicted cells: median error" in section
     apart = section[section.index("Left apart") :]
     assert "jeon/table1 single processor" in apart and "9.67x" in apart
-    written = pd.read_csv(tmp_path / "fidelity.csv")
-    assert set(written["id"]) == {"park2020/table1", "jeon/table1"}
+    written = pd.read_csv(tmp_path / "fidelity.csv", keep_default_na=False)
+    assert set(written["id"]) == {"park2020/table1", "jeon/table1", "park2020/table3"}
+    predicted = written[(written["fitted"] == "no") & (written["paper_inconsistent"] == "")]
+    core = predicted[predicted["id"] != "park2020/table3"]
+    assert 0 < len(core) < len(predicted)
+    assert f"Over the {len(predicted)} predicted cells: median error {predicted['abs_error'].median():.1%}" in section
+    assert (
+        f"Over the {len(core)} predicted training and pipeline times"
+        in " ".join(section.split())  # the sentence is wrapped in the page
+    )
+    assert f"median error {core['abs_error'].median():.1%}, worst {core['abs_error'].max():.1%}" in section
     assert page.count('<section class="item"') == 88  # the section is not counted as an id
 
 

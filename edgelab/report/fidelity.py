@@ -66,6 +66,9 @@ SUMMARY_COLUMNS = [
 ]
 #: ``Source.fitted`` for an item every cell of which is the clock's calibration.
 ALL = "all"
+#: The timed cells a board's one device model is held to as a whole (Park's LeNet and ResNet times, Jeon's
+#: pipeline ratios): the page gives their median and worst error apart from every other cell's.
+CORE_ITEMS = ("park2020/table1", "park2020/table2", "park2020/table4", "park2020/fig5a", "jeon/table1")
 
 
 def _tier_network(frame: pd.DataFrame) -> pd.DataFrame:
@@ -188,9 +191,11 @@ class Fidelity:
         """The cells the paper contradicts itself on."""
         return self.rows[self.rows["paper_inconsistent"] != ""]
 
-    def overall(self) -> dict[str, Any]:
-        """Median and worst error over every predicted cell, and the worst one's item and cell."""
+    def overall(self, ids: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """Median and worst error over the predicted cells (of the items ``ids``), and the worst one's item and cell."""
         predicted = self.predicted
+        if ids is not None:
+            predicted = predicted[predicted["id"].isin(ids)]
         if predicted.empty:
             return {"cells": 0, "median": math.nan, "worst": math.nan, "worst_at": ""}
         worst = predicted.loc[predicted["abs_error"].idxmax()]
