@@ -166,9 +166,9 @@ case "$cmd" in
         ensure_venv
         export_defaults
         status=0
-        # Two processes, each test module or notebook whole on one (its cluster fixture, its kernel);
-        # EDGELAB_TEST_WORKERS=0 runs them in this process.
-        "$VENV/bin/python" -m pytest -n "${EDGELAB_TEST_WORKERS:-2}" --dist loadfile "$@" || status=$?
+        # Two processes, each test module or notebook whole on one (pyproject.toml's --dist loadfile: its
+        # cluster fixture, its kernel); EDGELAB_TEST_WORKERS=0 runs them in this process.
+        "$VENV/bin/python" -m pytest -n "${EDGELAB_TEST_WORKERS:-2}" "$@" || status=$?
         # pytest exits 5 when it collected no tests; an empty run must not pass.
         if [[ $status -eq 5 ]]; then
             echo "run.sh: pytest collected no tests; treating this as a failure" >&2
