@@ -39,6 +39,9 @@ def test_table2_on_the_clock_is_table1_plus_the_latency_and_transfer_over_fifty_
     assert clock["edge, resnet34", 0.5] == pytest.approx(5.53 + 500 / 50 + transfer_ms, abs=0.005)
     assert clock["cloud, wrn-28-10", 1.0] == pytest.approx(6.99 + 1000 / 50 + transfer_ms, abs=0.005)
     assert table["report processing (ms/image)"].tolist() == [10.4, 8.4, 18.3, 10.8, 31.0]
+    # Inference alone is Table 1's time per image on every row of its tier, whatever the latency
+    assert table["clock inference (ms/image)"].tolist() == [5.2, 5.53, 5.53, 6.99, 6.99]
+    assert table["report inference (ms/image)"].tolist() == [7.41, 5.99, 5.99, 7.36, 7.36]
 
 
 def test_table2_differs_by_the_framework_the_clock_does_not_charge_and_the_latency_share_holds() -> None:
@@ -53,6 +56,10 @@ def test_table2_differs_by_the_framework_the_clock_does_not_charge_and_the_laten
     assert checks["level"].passed is False and "HTTP serving" in checks["level"].note
     assert checks["C14 (edge, 0.5 s)"].passed and checks["C14 (cloud, 1 s)"].passed  # 10 vs 9.9, 20 vs 20.2 ms
     assert checks["C13"].passed and checks["C12"].undecided == "qualitative"
+    # The in-system inference row, once per tier: 29.8%, 7.7%, 5.0% off, median 7.7% (within 25%)
+    inference = checks["level (inference)"]
+    assert inference.passed is True
+    assert "median error 7.7%, worst 29.8% at device, network=end, mobilenet" in inference.measured
     assert {c.basis for c in checks.values()} == {verdict.Basis.MODELLED}
     assert result.status == "differs" and not result.wrong
 
