@@ -207,7 +207,7 @@ def _fidelity(made: fidelity.Fidelity) -> dict[str, Any]:
     if not made.figure:
         return {}
     overall = made.overall()
-    core = made.overall(fidelity.CORE_ITEMS)
+    core = made.overall(fidelity.CORE)
     items = [
         {**r, "median_error": _percent(r["median_error"]), "worst_error": _percent(r["worst_error"])}
         for r in made.summary.to_dict("records")
@@ -225,7 +225,7 @@ def _fidelity(made: fidelity.Fidelity) -> dict[str, Any]:
         "median": _percent(overall["median"]),
         "worst": _percent(overall["worst"]),
         "worst_at": overall["worst_at"],
-        "core_items": ", ".join(fidelity.CORE_ITEMS),
+        "core_items": ", ".join(f"{item} {metric}" for item, metric in fidelity.CORE),
         "core_cells": core["cells"],
         "core_median": _percent(core["median"]),
         "core_worst": _percent(core["worst"]),
@@ -288,9 +288,9 @@ only (neither fitted nor paper-inconsistent); dotted lines: &plusmn;25%.</p>
 <img src="{{ fid.figure }}" alt="paper value against emulated value for every timed or memory cell, log axes">
 <p><strong>Over the {{ fid.cells }} predicted cells: median error {{ fid.median }}, worst {{ fid.worst }}
 ({{ fid.worst_at }}).</strong></p>
-{% if fid.core_cells %}<p><strong>Over the {{ fid.core_cells }} predicted training and pipeline times a board's one
-device model is held to ({{ fid.core_items }}): median error {{ fid.core_median }}, worst {{ fid.core_worst }}
-({{ fid.core_worst_at }}).</strong></p>
+{% if fid.core_cells %}<p><strong>Over the {{ fid.core_cells }} predicted training, inference and pipeline times
+a board's one device model is held to ({{ fid.core_items }}): median error {{ fid.core_median }},
+worst {{ fid.core_worst }} ({{ fid.core_worst_at }}).</strong></p>
 {% endif %}<table class="summary">
 <tr><th>item</th><th>metric</th><th>board</th><th>run</th><th>cells</th><th>fitted</th><th>paper-inconsistent</th>
 <th>predicted</th><th>median error</th><th>worst error</th><th>worst cell</th></tr>
