@@ -289,8 +289,8 @@ only (neither fitted nor paper-inconsistent); dotted lines: &plusmn;25%.</p>
 <p><strong>Over the {{ fid.cells }} predicted cells: median error {{ fid.median }}, worst {{ fid.worst }}
 ({{ fid.worst_at }}).</strong></p>
 {% if fid.core_cells %}<p><strong>Over the {{ fid.core_cells }} predicted training, inference and pipeline times
-a board's one device model is held to ({{ fid.core_items }}): median error {{ fid.core_median }},
-worst {{ fid.core_worst }} ({{ fid.core_worst_at }}).</strong></p>
+the device models (one per board, one per Zhang tier) are held to ({{ fid.core_items }}): median error
+{{ fid.core_median }}, worst {{ fid.core_worst }} ({{ fid.core_worst_at }}).</strong></p>
 {% endif %}<table class="summary">
 <tr><th>item</th><th>metric</th><th>board</th><th>run</th><th>cells</th><th>fitted</th><th>paper-inconsistent</th>
 <th>predicted</th><th>median error</th><th>worst error</th><th>worst cell</th></tr>
