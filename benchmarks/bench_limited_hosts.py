@@ -470,12 +470,16 @@ def compare(
     per_round = records.groupby("round").agg(
         measured_s=("round_wall_s", "first"), device_s=("wall_s", "max"), device_mean_s=("wall_s", "mean")
     )
+    # CPU per step inside the devices' tasks: a slow run whose steps took more CPU each ran slower on the machine's
+    # cores (their clock, a neighbour's load); one whose steps took as much CPU as usual lost time to its quota.
+    per_step = records["cpu_s"] / (records["steps"] * records.get("local_epochs", 1))
     out = {
         "rounds": len(per_round),
         "measured_s": float(per_round["measured_s"].mean()),
         "emulated_s": float(emulated["round_s"].mean()),
         "device_compute_s": float(per_round["device_s"].mean()),  # measured inside the slowest device's task
         "device_compute_mean_s": float(per_round["device_mean_s"].mean()),  # and the devices' mean
+        "device_cpu_ms_per_step": float(1e3 * per_step.median()),
         "model_compute_s": float(emulated["compute_max_s"].mean()),
         "emulated_comm_s": float(emulated["comm_s"].mean()),
         "server_s": float(records.groupby("round")["server_s"].first().mean()),

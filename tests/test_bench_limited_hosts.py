@@ -80,6 +80,7 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     assert out["emulated_comm_s"] == pytest.approx(3.0)
     assert out["measured_s"] == pytest.approx(5.0)  # the mean of the rounds' walls
     assert out["device_compute_s"] == pytest.approx(2.5)  # the slower device
+    assert out["device_cpu_ms_per_step"] == pytest.approx(10.0)  # 1 s of task CPU over 100 steps
     assert out["measured_rest_s"] == pytest.approx(2.5)
     assert out["server_s"] == pytest.approx(0.02)
     assert out["error"] == pytest.approx((compute + 3.0) / 5.0 - 1)
