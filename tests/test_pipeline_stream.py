@@ -59,6 +59,13 @@ def test_pipelined_outputs_equal_the_unsplit_model(cluster: DeviceCluster, image
     # The computing threads' CPU is part of the process's
     assert (result.records["compute_cpu_s"] > 0).all()
     assert (result.records["compute_cpu_s"] <= result.records["cpu_s"] + 1e-3).all()
+    # Each device's process CPU over the whole stream holds its micro-batches' own, and its event loop's (read on
+    # the loop itself, not NaN) is a part of it
+    inside = result.records.groupby("device")["cpu_s"].sum()
+    cpu = result.device_cpu
+    assert sorted(cpu.index) == sorted(cluster.devices)
+    assert (cpu["process_s"] >= inside[cpu.index]).all()
+    assert ((cpu["event_loop_s"] > 0) & (cpu["event_loop_s"] < cpu["process_s"])).all()
 
 
 def test_ensemble_sends_every_input_to_every_member(cluster: DeviceCluster, images: np.ndarray) -> None:
@@ -122,6 +129,7 @@ def test_a_stage_device_killed_mid_stream_comes_back_and_nothing_is_lost(
     assert result.replayed
     np.testing.assert_allclose(result.outputs[0], model.predict(images, verbose=0), atol=1e-5, rtol=0)
     assert sorted(result.records.groupby("stage").size().tolist()) == [7, 7, 7]
+    assert result.device_cpu.empty  # the restarted process counts its CPU from zero: no whole-stream figure
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,10 @@ class StreamResult:
     micro_batch: int
     max_in_flight: int
     wall_s: float  # host wall time from the first input sent to the last output received
+    # Per device (index): CPU seconds from just before the first input was sent to just after the last output
+    # came back: its process's (``process_s``: its micro-batches' and all it did between them) and its event
+    # loop's (``event_loop_s``: its comms). Empty after a recovery: a restarted process counts from zero.
+    device_cpu: pd.DataFrame = field(default_factory=pd.DataFrame)
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     kills: list[dict[str, Any]] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)  # micro-batches streamed again after a loss
@@ -178,7 +182,7 @@ def stream(
     )
     run.fleet = fleet
     fleet.attempt("stream", 0, run.stream_all)
-    wall_s = time.time() - run.t0
+    wall_s = run.t_last - run.t0
     fleet.attempt("release", 0, lambda: fleet.run(placement.devices, worker.release_run, run.run_id), prepare=False)
     return run.result(wall_s)
 
@@ -204,6 +208,8 @@ class _Streaming:
     started: set[int] = field(default_factory=set)
     replayed: list[int] = field(default_factory=list)
     t0: float = 0.0  # the first input's send (time.time)
+    t_last: float = 0.0  # the last output's receipt (time.time)
+    cpu_at: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # "start", "end": worker.cpu_so_far
 
     def __post_init__(self) -> None:
         self.configs = {name: json.dumps(self.models[name].get_config()) for name in self.placement.stages}
@@ -234,6 +240,7 @@ class _Streaming:
         queue = iter(todo)
         upcoming = next(queue, None)
         if not self.t0:
+            self.cpu_at["start"] = fleet.run(self.placement.devices, worker.cpu_so_far)
             self.t0 = time.time()
         while upcoming is not None or inflight:
             while upcoming is not None and len(inflight) < self.max_in_flight:
@@ -246,6 +253,8 @@ class _Streaming:
             fleet.wait({f.key: f for finals in inflight.values() for f in finals}, first=True)
             for m in [m for m, finals in inflight.items() if all(f.done() for f in finals)]:
                 self.receive(m, inflight.pop(m))
+        self.t_last = time.time()
+        self.cpu_at["end"] = fleet.run(self.placement.devices, worker.cpu_so_far)
 
     def receive(self, m: int, finals: list[Any]) -> None:
         """Take micro-batch ``m``'s outputs (``finals``: its last stages' futures, all done) and what they measured."""
@@ -273,6 +282,8 @@ class _Streaming:
                 frame[column] -= t0
         branches = range(len(self.placement.branches))
         outputs = [np.concatenate([self.done[m][b] for m in range(self.n_batches)]) for b in branches]
+        start, end = (pd.DataFrame.from_dict(self.cpu_at.get(k, {}), orient="index") for k in ("start", "end"))
+        device_cpu = pd.DataFrame() if self.fleet.recoveries or start.empty else (end - start).dropna(how="all")
         return StreamResult(
             outputs=outputs,
             records=measured,
@@ -282,6 +293,7 @@ class _Streaming:
             micro_batch=self.micro_batch,
             max_in_flight=self.max_in_flight,
             wall_s=wall_s,
+            device_cpu=device_cpu,
             recoveries=self.fleet.recoveries,
             kills=self.fleet.kills_fired,
             replayed=sorted(set(self.replayed)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,17 @@ def run_stage(run_id: str, stage: str, micro_batch: int, payload: Any) -> tuple[
         "bytes_out": int(out.nbytes),
     }
     return out, [*records, record]
+
+
+def cpu_so_far() -> dict[str, float]:
+    """The device's CPU seconds so far: its process's (all threads) and its event loop's (run with ``client.run``).
+
+    A Dask worker's event loop, on the process's main thread, does its comms: taking inputs in and handing
+    outputs on, with their TLS and framing. Read on another thread (a Dask that ran it elsewhere),
+    ``event_loop_s`` is NaN.
+    """
+    on_loop = threading.current_thread() is threading.main_thread()
+    return {"process_s": time.process_time(), "event_loop_s": time.thread_time() if on_loop else float("nan")}
 
 
 def release_run(run_id: str, dask_worker: Any = None) -> int:
