@@ -587,6 +587,25 @@ def compare_stream(
         "images": int(emulated.images),
         "host_wall_s": float(source.wall_s),  # the composed stream's own wall, on the unthrottled hosts
         "contention": contention[cpu_column],  # per stage, divided out of the composed CPU
+        # Where the busiest device's CPU went over the whole stream (host seconds): on the unthrottled hosts the
+        # clock composes, and on the limited hosts, whose quota paid it: its computing threads' in its
+        # micro-batches, its event loop's (the comms), all its process's.
+        **_busiest_cpu(source, "host"),
+        **_busiest_cpu(result, "limited"),
+    }
+
+
+def _busiest_cpu(result: StreamResult, side: str) -> dict[str, float]:
+    """The CPU of the device whose process used most over ``result``'s stream, by part; {} after a recovery."""
+    cpu = result.device_cpu
+    if cpu.empty:
+        return {}
+    device = cpu["process_s"].idxmax()
+    compute = float(result.records.loc[result.records["device"] == device, "compute_cpu_s"].sum())
+    return {
+        f"{side}_process_cpu_s": float(cpu.at[device, "process_s"]),
+        f"{side}_event_loop_cpu_s": float(cpu.at[device, "event_loop_s"]),
+        f"{side}_compute_cpu_s": compute,
     }
 
 
@@ -1024,6 +1043,21 @@ def render_markdown(results: dict[str, Any]) -> str:
             "The same clock charging each stage, besides, the CPU the loaded chains spent per byte on every byte it "
             f"takes in and hands on ({priced[0]['device_ns_per_byte']:.0f} ns a byte at the board's speed), on its "
             f"critical path: {each}. Much of that work runs while a stage waits for its next input.",
+        ]
+    split = [s for s in results["summary"] if s["model"] == "pipeline" and "limited_process_cpu_s" in s]
+    if split:
+        each = "; ".join(
+            f"{s['devices']} hosts: limited {s['limited_process_cpu_s']:.2f} s ({s['limited_compute_cpu_s']:.2f} "
+            f"computing, {s['limited_event_loop_cpu_s']:.2f} event loop), unthrottled "
+            f"{s.get('host_process_cpu_s', nan):.2f} s ({s.get('host_compute_cpu_s', nan):.2f}, "
+            f"{s.get('host_event_loop_cpu_s', nan):.2f})"
+            for s in split
+        )
+        lines += [
+            "",
+            "Where the busiest device's CPU went over the whole stream (host CPU seconds, medians; "
+            "`StreamResult.device_cpu`): its process's, of which its computing threads' inside its micro-batches and "
+            f"its event loop's (the comms): {each}.",
         ]
     lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
     for cores, doc in sorted(boards.items()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pandas as pd
@@ -248,6 +249,26 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone)
     assert out["contention"] == {"stage0": pytest.approx(1.0), "stage1": pytest.approx(1.25)}
     assert out["emulated_s"] == pytest.approx(2 * 2.15)
+
+
+def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(bench) -> None:  # type: ignore[no-untyped-def]
+    from edgelab.pipeline.stream import StreamResult
+
+    # Prepare: two devices over a stream; b-1's process used most (3 s, its event loop 1.2 s), its two
+    # micro-batches' computing threads 0.7 s and 0.8 s
+    records = pd.DataFrame(
+        {"device": ["b-0", "b-1", "b-0", "b-1"], "compute_cpu_s": [0.5, 0.7, 0.5, 0.8], "micro_batch": [0, 0, 1, 1]}
+    )
+    cpu = pd.DataFrame({"process_s": [2.0, 3.0], "event_loop_s": [0.9, 1.2]}, index=["b-0", "b-1"])
+    empty = pd.DataFrame()
+    result = StreamResult([], records, empty, empty, empty, micro_batch=1, max_in_flight=1, wall_s=1.0, device_cpu=cpu)
+    # Execute, Assert
+    assert bench._busiest_cpu(result, "limited") == {
+        "limited_process_cpu_s": 3.0,
+        "limited_event_loop_cpu_s": 1.2,
+        "limited_compute_cpu_s": pytest.approx(1.5),
+    }
+    assert bench._busiest_cpu(dataclasses.replace(result, device_cpu=empty), "host") == {}  # after a recovery
 
 
 def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
