@@ -311,8 +311,8 @@ def measured_link(board: DeviceProfile, link: dict[str, Any]) -> DeviceProfile:
 
 
 def measure_message(
-    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 20, payload_bytes: int = 64
-) -> dict[str, float]:
+    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 40, payload_bytes: int = 64
+) -> dict[str, Any]:
     """What a stream's messages cost: its hops as the stream makes them, carrying ``payload_bytes`` each.
 
     The stream's own path (``edgelab.pipeline.stream``): a value scattered to
@@ -321,8 +321,12 @@ def measure_message(
     device takes one message in and hands one on per chain, as each stage does
     per micro-batch. Returns ``latency_s``, a third of the median chain's wall
     (three hops), and ``device_cpu_s``, the CPU the two devices' groups spent
-    per chain each (their event loops, the comms, TLS), which the board pays at
-    its own speed.
+    on the median chain, each (their event loops, the comms, TLS), which the
+    board pays at its own speed; ``device_cpu_quartiles_s``, its spread.
+
+    Each chain's CPU is read on its own: a total over the chains took in
+    whatever else the workers did meanwhile (a heartbeat, a collection), and
+    read 15-18 ms of board CPU a chain in one block, 32-34 ms in another.
     """
     from edgelab.cluster.device_cluster import device_resource
 
@@ -331,22 +335,50 @@ def measure_message(
     address = next(a for a, w in workers.items() if str(w["name"]) == first)
     groups = [g for i in range(2) for g in hosts.cgroups[hosts.spec.device(i)]]
     payload = np.zeros(max(1, payload_bytes // 4), np.float32)
-    chains = []
-    for i in range(repeats + 2):  # the first two open the comms
-        if i == 2:
-            before = sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups)
-        start = time.perf_counter()
+
+    def used_ns() -> int:
+        return sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups)
+
+    chains, cpu = [], []
+    for _ in range(repeats + 2):  # the first two open the comms
+        before, start = used_ns(), time.perf_counter()
         [sent] = cluster.client.scatter([payload], workers=[address], direct=True, hash=False)
         hop = cluster.client.submit(_same, sent, resources={device_resource(first): 1}, pure=False)
         out = cluster.client.submit(_same, hop, resources={device_resource(second): 1}, pure=False)
         out.result()
         chains.append(time.perf_counter() - start)
+        cpu.append((used_ns() - before) / 1e9 / 2)
         cluster.client.cancel([sent, hop, out])
-    used_ns = sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups) - before
+    q1, median, q3 = np.percentile(cpu[2:], [25, 50, 75])
     return {
         "latency_s": statistics.median(chains[2:]) / 3,
-        "device_cpu_s": used_ns / 1e9 / repeats / 2,
+        "device_cpu_s": float(median),
+        "device_cpu_quartiles_s": [float(q1), float(q3)],
         "payload_bytes": int(payload.nbytes),
+    }
+
+
+def measure_messages(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts) -> dict[str, Any]:
+    """The messages' cost on the unthrottled hosts (the emulator's view of a hop): empty and loaded chains."""
+    with unthrottled(hosts):
+        message = measure_message(cluster, hosts)
+        loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
+    rate = hop_rate(message, loaded)
+    return message | {
+        "loaded": loaded,
+        "hop_mbps": rate / 1e6 if rate else None,
+        "cpu_s_per_byte": cpu_per_byte(message, loaded),
+    }
+
+
+def _message_row(message: dict[str, Any]) -> dict[str, Any]:
+    """A stream row's own message measurement (host CPU a chain, each device: median and quartiles)."""
+    q1, q3 = message["device_cpu_quartiles_s"]
+    return {
+        "message_cpu_ms": 1e3 * message["device_cpu_s"],
+        "message_cpu_q1_ms": 1e3 * q1,
+        "message_cpu_q3_ms": 1e3 * q3,
+        "message_latency_ms": 1e3 * message["latency_s"],
     }
 
 
@@ -707,18 +739,7 @@ def run_block(
                     configs = [(m, n) for m, n in configs if m in kinds]
                     links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
                     doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
-                    message = None
-                    if streams:  # the emulator's view of a hop: the host's CPU and the link, no quota
-                        with unthrottled(hosts):
-                            message = measure_message(cluster, hosts)
-                            loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
-                        rate = hop_rate(message, loaded)
-                        message |= {
-                            "loaded": loaded,
-                            "hop_mbps": rate / 1e6 if rate else None,
-                            "cpu_s_per_byte": cpu_per_byte(message, loaded),
-                        }
-                    doc["message"] = message
+                    doc["message"] = measure_messages(cluster, hosts) if streams else None
                     now = doc  # the board file the runs are judged against, this machine's GEMM rate beside it
                     for r in range(repeats):
                         if r and given is None:
@@ -740,6 +761,8 @@ def run_block(
                                 # clock composes, and one micro-batch at a time there, whose stages' CPU says
                                 # how much the others busy beside them cost; then on the limited hosts, whose
                                 # wall it predicts.
+                                # The messages are measured again beside each stream, the machine as it is then.
+                                message = measure_messages(cluster, hosts)
                                 with unthrottled(hosts):
                                     emulated_on = run_stream(cluster, hosts, n)["stream"]
                                     alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
@@ -747,6 +770,7 @@ def run_block(
                                 measured = compare_stream(
                                     done["stream"], board, factor, message, host=emulated_on, alone=alone
                                 )
+                                measured |= _message_row(message)
                             else:
                                 # The board's pace probed either side of the run, on all its hosts at once:
                                 # does the speed each host gets then, beside the others, not the board's at
@@ -1027,7 +1051,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "lifted, as the emulated cluster runs it (`unthrottled`: each stage's computing threads' CPU time, the "
         "contention of its neighbours divided out as measured with one micro-batch in flight, x the "
         "speed factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
-        "(`measure_message`, also unthrottled), at the board's speed, and the links at the rate the same chains "
+        "just before each stream (`measure_message`, also unthrottled: the median chain's CPU, each chain read on "
+        "its own), at the board's speed, and the links at the rate the same chains "
         "delivered carrying a "
         f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop), with the empty chain's latency per "
         "hop); their "
@@ -1043,6 +1068,18 @@ def render_markdown(results: dict[str, Any]) -> str:
             "The same clock charging each stage, besides, the CPU the loaded chains spent per byte on every byte it "
             f"takes in and hands on ({priced[0]['device_ns_per_byte']:.0f} ns a byte at the board's speed), on its "
             f"critical path: {each}. Much of that work runs while a stage waits for its next input.",
+        ]
+    chained = [s for s in results["summary"] if s["model"] == "pipeline" and "message_cpu_ms" in s]
+    if chained:
+        each = "; ".join(
+            f"{s['devices']} hosts {s['message_cpu_ms']:.2f} ms (quartiles {s['message_cpu_q1_ms']:.2f}-"
+            f"{s['message_cpu_q3_ms']:.2f}), {s['device_message_ms']:.1f} ms at the board's speed"
+            for s in chained
+        )
+        lines += [
+            "",
+            "The empty chains measured beside each stream, host CPU a chain for each of the two devices (medians over "
+            f"the repeats of each stream's median chain): {each}.",
         ]
     split = [s for s in results["summary"] if s["model"] == "pipeline" and "limited_process_cpu_s" in s]
     if split:

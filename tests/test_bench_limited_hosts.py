@@ -285,6 +285,13 @@ def test_a_device_s_cpu_per_byte_counts_the_payload_in_and_on_once_each(bench) -
     assert bench.cpu_per_byte(empty, {"device_cpu_s": 0.004, "payload_bytes": 1_000_064}) == 0.0
 
 
+def test_a_stream_s_row_carries_its_own_chains_median_and_quartiles_in_ms(bench) -> None:  # type: ignore[no-untyped-def]
+    message = {"latency_s": 0.004, "device_cpu_s": 0.0035, "device_cpu_quartiles_s": [0.0031, 0.0042]}
+    assert bench._message_row(message) == pytest.approx(
+        {"message_cpu_ms": 3.5, "message_cpu_q1_ms": 3.1, "message_cpu_q3_ms": 4.2, "message_latency_ms": 4.0}
+    )
+
+
 def test_a_link_measured_slower_than_its_rate_slows_the_clock_by_what_it_was_measured_to_take(
     bench, board: DeviceProfile
 ) -> None:  # type: ignore[no-untyped-def]
