@@ -434,8 +434,10 @@ def _pipeline_model() -> Any:
 
 @functools.cache
 def _cifar(images: int) -> Any:
+    from edgelab.models.builtin import prepare_images
+
     data = load_dataset("cifar10", sample_limit=64, test_limit=images)
-    return data.x_test.astype("float32") / 255.0
+    return prepare_images(PIPELINE_MODEL, data.x_test)
 
 
 @functools.cache

@@ -23,8 +23,9 @@ def test_a_resnet_keeps_what_its_backward_pass_needs_once() -> None:
     # its two convolutions' outputs (normalisation inputs) and two ReLU outputs (in place over the normalised
     # tensors); a projecting block also its second normalisation's output (the projection's input in layer
     # order) and the projection's output; then the pooled features and the softmax.
-    stage1, stage2, stage3 = 32 * 32 * 16, 16 * 16 * 32, 8 * 8 * 64
-    expected = 32 * 32 * 3 + 2 * stage1 + 4 * stage1 + 6 * stage2 + 6 * stage3 + 64 + 10
+    # The image is MXNet's 28x28 crop of CIFAR's 32x32 (edgelab.models.costs.RESNET_SIDE).
+    stage1, stage2, stage3 = 28 * 28 * 16, 14 * 14 * 32, 7 * 7 * 64
+    expected = 28 * 28 * 3 + 2 * stage1 + 4 * stage1 + 6 * stage2 + 6 * stage3 + 64 + 10
     assert kept_floats_per_sample("resnet8") == expected
     assert kept_floats_per_sample("resnet32") < activation_floats_per_sample("resnet32")
 

@@ -13,6 +13,7 @@ from edgelab.models.builtin import (
     ModelSpec,
     activation_floats_per_sample,
     build_model,
+    crop,
     parameter_count,
     prepare_images,
 )
@@ -240,3 +241,19 @@ def test_the_counted_training_flops_are_the_products_tensorflow_runs(built: dict
 
     # Assert: three passes per layer but no gradient with respect to the images (two passes for the first).
     assert flops / batch == training_flops_by_class("mlp")["dense"] == 2 * (2 * 784 * 128 + 3 * (128 * 64 + 64 * 10))
+
+
+def test_a_resnet_takes_the_centre_28x28_of_cifars_images_as_mxnets_example_does() -> None:
+    # Prepare: 32x32 images whose pixels say where they are
+    rng = np.random.default_rng(4)
+    images = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+
+    # Execute
+    x = np.asarray(prepare_images("resnet8", images))
+    model = build_model(ModelSpec("resnet8", seed=0))
+
+    # Assert: the centre square, scaled; the network takes that size; other models and 28x28 images are untouched
+    np.testing.assert_array_equal(x, images[:, 2:30, 2:30].astype(np.float32) / np.float32(255.0))
+    assert tuple(model.input_shape) == (None, 28, 28, 3)
+    assert crop("resnet8", images[:, 2:30, 2:30]).shape == (3, 28, 28, 3)
+    assert crop("mlp", images).shape == images.shape

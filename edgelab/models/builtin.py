@@ -10,7 +10,11 @@ example the paper's setup matches (MXNet 0.9.5, batch 64):
 * ``cnn``: LeNet-5 as in MXNet ``symbols/lenet.py``: conv 20@5x5 -> max-pool 2 ->
   conv 50@5x5 -> max-pool 2 -> fc 500 -> fc 10, tanh; 431,080 parameters.
 * ``resnet<6n+2>`` (``resnet32``, ``resnet80``, ``resnet110``): the CIFAR ResNet v1
-  of He et al. 2016 (section 4.2): a 3x3 conv of 16 filters, three stages of n
+  of He et al. 2016 (section 4.2) on 28x28 crops of CIFAR's images, as MXNet's
+  ``train_cifar10.py`` trains it (``image_shape='3,28,28'``; its ``symbols/resnet.py``
+  has the paper's depths only for images of height <= 28): ``crop`` takes the
+  centre of each image, MXNet's evaluation crop (its training crop is random, from
+  the image padded by 4; no augmentation here). A 3x3 conv of 16 filters, three stages of n
   basic blocks (16, 32, 64 filters, stride 2 entering stages 2 and 3), global
   average pooling, fc 10. Where a block changes shape its shortcut is a 1x1
   projection (He et al.'s option B, as MXNet's and Keras' CIFAR examples do);
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgelab.common.errors import ConfigError
 from edgelab.common.seeding import seeded
-from edgelab.models.costs import activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
+from edgelab.models.costs import RESNET_SIDE, activation_floats_per_sample, is_resnet, parameter_count, resnet_blocks
 from edgelab.models.user import UserModel, UserModelPayload, prepared_shape, user_model
 
 if TYPE_CHECKING:
@@ -50,6 +54,7 @@ __all__ = [
     "activation_floats_per_sample",
     "build_model",
     "check_model",
+    "crop",
     "parameter_count",
     "prepare_images",
 ]
@@ -164,11 +169,28 @@ def prepare_images(name: str | UserModel, images_uint8: object) -> object:
     """uint8 images scaled to float32 in [0, 1] (a user's float features as they are), shaped for the model."""
     import numpy as np
 
-    raw = np.asarray(images_uint8)
+    raw = crop(name, np.asarray(images_uint8))
     x = raw.astype(np.float32) / np.float32(255.0) if raw.dtype == np.uint8 else raw.astype(np.float32)
     if isinstance(name, UserModel):
         return x.reshape((len(x), *prepared_shape(name, x.shape[1:])))
     return x[..., None] if name == "cnn" else x
+
+
+def crop(name: str | UserModel, images: Any) -> Any:
+    """Images as ``name`` takes them: a built-in ResNet the centre ``RESNET_SIDE`` square of larger ones.
+
+    Any other model, and images already that size, as they are (no copy).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> crop("resnet32", np.zeros((5, 32, 32, 3), np.uint8)).shape, crop("cnn", np.zeros((5, 28, 28))).shape
+    ((5, 28, 28, 3), (5, 28, 28))
+    """
+    if not (isinstance(name, str) and is_resnet(name)) or images.shape[1] <= RESNET_SIDE:
+        return images
+    top, left = (images.shape[1] - RESNET_SIDE) // 2, (images.shape[2] - RESNET_SIDE) // 2
+    return images[:, top : top + RESNET_SIDE, left : left + RESNET_SIDE]
 
 
 def _resnet(keras: Any, n: int, *, name: str) -> keras.Model:
@@ -187,7 +209,7 @@ def _resnet(keras: Any, n: int, *, name: str) -> keras.Model:
         )(x)
         return layers.BatchNormalization(name=f"{prefix}_bn")(x)
 
-    inputs = keras.Input((32, 32, 3))
+    inputs = keras.Input((RESNET_SIDE, RESNET_SIDE, 3))
     x = layers.Activation("relu", name="stem_relu")(conv_bn(inputs, "stem", 16, 3, 1))
     c_in = 16
     for stage, c_out in enumerate((16, 32, 64)):

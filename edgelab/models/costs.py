@@ -32,6 +32,11 @@ from edgelab.models.user import UserModel, user_model
 ELEMENTWISE_TRAINING_FLOPS = {"batchnorm": 10, "activation": 3, "add": 2, "pool": 2}
 #: Depths of the CIFAR ResNet the paper names (6n+2: n = 5, 13, 18).
 PAPER_RESNET_DEPTHS = (32, 80, 110)
+#: Side of the images the CIFAR ResNets take: 28x28 crops of CIFAR's 32x32, as in MXNet 0.9.5's
+#: ``example/image-classification/train_cifar10.py`` (``image_shape='3,28,28'``, ``pad_size=4``), whose
+#: ``symbols/resnet.py`` builds the paper's depths only for images of height <= 28 (larger ones get the
+#: ImageNet ResNet, which has no 32, 80 or 110).
+RESNET_SIDE = 28
 #: Parameters of CIFAR ResNet v1 as He et al. 2016 (Table 6) report them, identity shortcuts with zero padding.
 HE2016_PARAMETERS = {20: 270_000, 32: 460_000, 44: 660_000, 56: 850_000, 110: 1_700_000}
 
@@ -105,8 +110,9 @@ def _conv_bn(name: str, size: int, c_in: int, c_out: int, kernel: int) -> list[L
 
 def _resnet(n: int) -> list[Layer]:
     """CIFAR ResNet v1 (He et al. 2016, section 4.2) with projection shortcuts where the shape changes."""
-    out = [*_conv_bn("stem", 32, 3, 16, 3), Layer("stem_relu", "activation", (32, 32, 16))]
-    c_in, size = 16, 32
+    size = RESNET_SIDE
+    out = [*_conv_bn("stem", size, 3, 16, 3), Layer("stem_relu", "activation", (size, size, 16))]
+    c_in = 16
     for stage, c_out in enumerate((16, 32, 64)):
         for block in range(n):
             name = f"s{stage + 1}b{block + 1}"
@@ -227,4 +233,4 @@ def input_floats_per_sample(name: str) -> int:
     """Floats of one input image as the model takes it."""
     if not isinstance(name, str):
         return math.prod(_user(name).input_shape)
-    return 28 * 28 if name in ("mlp", "cnn") else 32 * 32 * 3
+    return 28 * 28 if name in ("mlp", "cnn") else RESNET_SIDE * RESNET_SIDE * 3

@@ -25,7 +25,7 @@ class Shard:
     # the very floats ``edgelab.models.builtin.prepare_images`` gives, in numpy (bit for
     # bit TensorFlow's eager gather and scaling, tested on every uint8 value, at
     # a twentieth of its cost).
-    x: np.ndarray  # (n, 28, 28) or (n, 32, 32, 3) uint8 images, or a user's float32 features (n, ...)
+    x: np.ndarray  # (n, 28, 28) or (n, 28, 28, 3) (a ResNet's crop) uint8 images, or a user's float32 features
     y: np.ndarray  # (n,) int64
     channel_axis: bool  # the model wants a trailing channel axis the images lack (LeNet-CNN)
     _order: tuple[tuple[int, int, int], np.ndarray] | None = None

@@ -17,7 +17,7 @@ import numpy as np
 from edgelab.common import process_memory
 from edgelab.common.wire import Packed
 from edgelab.emulation.monitor import DEFAULT_INTERVAL_S, ResourceSampler
-from edgelab.models.builtin import ModelSpec, prepare_images
+from edgelab.models.builtin import ModelSpec, crop, prepare_images
 from edgelab.models.user import UserModelPayload
 from edgelab.runtime import round_wire
 from edgelab.runtime.plugin import DeviceRuntime, current
@@ -60,9 +60,10 @@ def load_shard(
 def shard_of(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> Shard:
     """A device's training data as its rounds read it.
 
-    The images as sent, the labels as int64, and whether ``spec``'s model wants a channel axis the images lack.
+    The images as the model takes them (a built-in ResNet's crop of CIFAR's, made once here, not per batch),
+    the labels as int64, and whether ``spec``'s model wants a channel axis the images lack.
     """
-    images = np.asarray(x)
+    images = np.ascontiguousarray(crop(spec.name, np.asarray(x)))
     return Shard(
         x=images,
         y=np.asarray(y, dtype=np.int64),
