@@ -214,8 +214,9 @@ def test_with_memory_replaces_only_memory() -> None:
 def test_estimate_memory_of_streamed_data_leaves_the_data_out() -> None:
     est = estimate_memory_mb("resnet110", 64, 50_000, data_resident=False)
     assert est["data"] == 0.0
-    # Measured on this host's TensorFlow: a ResNet-110 step at batch 64 peaks ~905 MB above the framework.
-    assert 850 < est["total"] < 1000
+    # Measured on this host's TensorFlow: a ResNet-110 step at batch 64 (28x28 crops) peaks 736-755 MB above the
+    # framework.
+    assert 650 < est["total"] < 800
 
 
 def test_memory_below_the_framework_footprint_is_refused() -> None:
