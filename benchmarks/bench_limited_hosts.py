@@ -91,7 +91,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from bench_training import host_info  # noqa: E402
+from bench_training import end_on_sigterm, host_info  # noqa: E402
 
 from edgelab.cluster import device_cgroups, shaped_hosts  # noqa: E402
 from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
@@ -102,6 +102,7 @@ from edgelab.data import Dataset, load_dataset  # noqa: E402
 from edgelab.emulation import stream_clock, timeline  # noqa: E402
 from edgelab.emulation.device_model import for_profile  # noqa: E402
 from edgelab.emulation.profiles import DeviceProfile, get_profile, sustained_gflops  # noqa: E402
+from edgelab.models.costs import RESNET_SIDE  # noqa: E402
 from edgelab.pipeline.stream import StreamResult, run_pipeline  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
 from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
@@ -129,8 +130,9 @@ PACE_STEPS, PACE_IMAGES = {"mlp": 300, "cnn": 24}, 16_384
 PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
 # 15-20 s a stream at 0.2 cores: streams of 5-7 s moved by 10% between repeats
 PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 1536, 16, 4
-#: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (32 x 32 x 16 floats).
-HOP_PAYLOAD_BYTES = MICRO_BATCH * 32 * 32 * 16 * 4
+#: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (the 28 x 28 crop
+#: x 16 channels of floats, ``edgelab.models.costs.RESNET_SIDE``).
+HOP_PAYLOAD_BYTES = MICRO_BATCH * RESNET_SIDE * RESNET_SIDE * 16 * 4
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 
 
@@ -1056,7 +1058,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "just before each stream (`measure_message`, also unthrottled: the median chain's CPU, each chain read on "
         "its own), at the board's speed, and the links at the rate the same chains "
         "delivered carrying a "
-        f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**20:g} MiB a hop), with the empty chain's latency per "
+        f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**10:,.0f} KiB a hop), with the empty chain's latency per "
         "hop); their "
         "'nominal' clock charges each stage its process's CPU time, no message cost, and the profile's link. "
         "Device compute = the busiest stage's wall inside its micro-batches, device model = its "
@@ -1107,7 +1109,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"; a message chain {3e3 * message['latency_s']:.1f} ms, {1e3 * message['device_cpu_s']:.2f} ms of each "
             "device's CPU"
             + (
-                f"; carrying {message['loaded']['payload_bytes'] / 2**20:g} MiB a hop, "
+                f"; carrying {message['loaded']['payload_bytes'] / 2**10:,.0f} KiB a hop, "
                 f"{3e3 * message['loaded']['latency_s']:.1f} ms and {1e3 * message['loaded']['device_cpu_s']:.2f} ms: "
                 f"a hop delivers {message['hop_mbps'] or float('nan'):.1f} Mbit/s"
                 if message.get("loaded")
@@ -1198,6 +1200,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
     args = parser.parse_args(argv)
+    end_on_sigterm()
     try:
         points = [(int(n), float(c)) for n, c in (p.split(":") for p in args.points)]
     except ValueError:

@@ -26,6 +26,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from bench_training import end_on_sigterm
+
 from edgelab.cluster.faults import KillSchedule
 from edgelab.common.paths import reports_dir
 from edgelab.common.results import atomic_write_text
@@ -187,6 +189,7 @@ def main() -> None:
         "--shaped", action="store_true", help="on shaped hosts (root): results go to recovery-shaped.{json,md}"
     )
     args = parser.parse_args()
+    end_on_sigterm()
     if args.kills < len(PHASES):
         parser.error(f"--kills {args.kills}: at least {len(PHASES)}, one per phase ({', '.join(PHASES)})")
     # Dask logs each kill's aftermath (lost data, restarting worker); the benchmark prints its own lines.

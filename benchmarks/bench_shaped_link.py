@@ -43,7 +43,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from bench_training import host_info, round_costs  # noqa: E402
+from bench_training import end_on_sigterm, host_info, round_costs  # noqa: E402
 
 from edgelab.cluster import shaped_hosts
 from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per model and side (default %(default)s)")
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
     args = parser.parse_args(argv)
+    end_on_sigterm()
     if args.samples < 2 * BATCH_SIZE * DEVICES or args.repeats < 1:
         parser.error(f"--samples must be >= {2 * BATCH_SIZE * DEVICES} and --repeats >= 1")
     results = run_benchmark(samples=args.samples, repeats=args.repeats)

@@ -31,6 +31,7 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -264,6 +265,19 @@ def bench_sync_cost(dataset: Dataset, *, repeats: int, models: tuple[str, ...] =
         slope = (out[m1]["overhead_ms"] - out[m0]["overhead_ms"]) / (out[m1]["mb_per_round"] - out[m0]["mb_per_round"])
         fit = {"ms_per_mb": slope, "fixed_ms": out[m0]["overhead_ms"] - slope * out[m0]["mb_per_round"]}
     return {"models": out, "fit": fit, "link_mbps": link_bytes_per_s * 8 / 1e6, "warmup_wall_s": warmup}
+
+
+def end_on_sigterm() -> None:
+    """Let SIGTERM (``kill``, ``timeout``) end the benchmark as Ctrl-C does: through its ``finally`` blocks.
+
+    Python's default for SIGTERM exits at once, leaving a shaped-host benchmark's namespaces, cgroups and
+    processes behind; a background job started by a shell also ignores SIGINT, so SIGTERM is its only stop.
+    """
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
 
 
 def host_info() -> dict[str, Any]:
