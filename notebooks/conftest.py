@@ -53,12 +53,19 @@ def data_dir_with(files: list[Path]) -> Path | None:
 _SCRATCH: dict[Path, Path] = {}
 
 
-def _notebook_env(notebook: Path, data_dir: Path | None) -> dict[str, str]:
+def scratch_of(notebook: Path) -> Path:
+    """The notebook's scratch folder, made on first use: its results, reports, empty data directory, temp files."""
     scratch = _SCRATCH.get(notebook)
     if scratch is None:
         scratch = _SCRATCH[notebook] = Path(tempfile.mkdtemp(prefix=f"edgelab-nbval-{notebook.stem}-"))
         for sub in ("no-data", "tmp"):
             (scratch / sub).mkdir()
+    return scratch
+
+
+def notebook_env(notebook: Path, data_dir: Path | None) -> dict[str, str]:
+    """What the notebook's kernel is given (``notebooks/record.py`` records outputs with the same)."""
+    scratch = scratch_of(notebook)
     return {
         "EDGELAB_RESULTS_DIR": str(scratch / "results"),
         "EDGELAB_REPORTS_DIR": str(scratch / "reports"),
@@ -81,7 +88,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
         if data_dir is None:
             pytest.skip(f"{item.path.stem} needs {', '.join(map(str, needs))} in the data directory")
     saved = dict(os.environ)
-    os.environ.update(_notebook_env(item.path, data_dir))
+    os.environ.update(notebook_env(item.path, data_dir))
     try:
         yield
     finally:

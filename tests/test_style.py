@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = ["edgelab", "tests", "benchmarks", "conftest.py", "notebooks/conftest.py"]
+CODE = ["edgelab", "tests", "benchmarks", "conftest.py", "notebooks/conftest.py", "notebooks/record.py"]
 
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["lint", "format"])
