@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from edgelab.common.errors import ConfigError, DeviceMemoryError
+from edgelab.emulation.profiles import get_profile
 from edgelab.papers.park2020 import lenet
 
 
@@ -56,13 +57,16 @@ def test_bad_parameter_names_parameter_and_value(kwargs: dict[str, Any], paramet
 
 def test_memory_need_above_the_device_is_refused() -> None:
     # Execute: 1 MB above the OS allowance and the framework cannot hold the CNN's training state
+    pi3b = get_profile("pi3b")
+    memory = pi3b.os_reserve_mb + pi3b.framework_mb + 1
     with pytest.raises(DeviceMemoryError) as info:
-        lenet.prepare(models=["cnn"], device_counts=[1], device_memory_mb=301)
+        lenet.prepare(models=["cnn"], device_counts=[1], device_memory_mb=memory)
 
     # Assert: what was asked, what the device has, and what would fit
     message = str(info.value)
     assert "model='cnn' at batch_size=64 with 1920 samples per device" in message
-    assert "more than the 1 MB a pi3b device has for training (301 MB minus 200 MB for the OS and 100 MB" in message
+    told = f"more than the 1 MB a pi3b device has for training ({memory} MB minus 200 MB for the OS and "
+    assert told + f"{pi3b.framework_mb} MB" in message
     assert "larger device_memory_mb" in message
 
 

@@ -133,7 +133,8 @@ def test_every_item_is_rendered_with_its_files(rendered: tuple[Path, dict[str, A
         for f in item.files:
             assert Path(f).is_file() and Path(f).stat().st_size > 0 and Path(f).is_relative_to(root)
         md = Path(next(f for f in item.files if str(f).endswith(".md"))).read_text()
-        for needed in (model, "projected x", "724 MB training budget", JPEG_NOTE, f"**Verdict: {item.status}**"):
+        budget = f"{get_profile('pi3b').training_budget_mb} MB training budget"
+        for needed in (model, "projected x", budget, JPEG_NOTE, f"**Verdict: {item.status}**"):
             assert needed in md, (item_id, needed)
         # Every item lists the modelling choices the paper leaves open, and how the run is smaller than the paper's
         assert "worker_data=shard" in item.verdict.choices[0] and "master_is_device=True" in item.verdict.choices[1]
@@ -150,13 +151,14 @@ def test_out_of_memory_is_labelled_not_zero(rendered: tuple[Path, dict[str, Any]
     # The paper trained 110x64 at about 600 MB: this host's TensorFlow needs 905 MB above the framework, so the
     # run stopped; the board's memory model, which keeps only what backward needs, predicts it fits, and says both.
     fits = items["park2020/fig7b"].verdict.checks[0]
-    board = board_memory_mb(get_profile("pi3b"), 110, 64)
-    assert board - 100 < 724
+    pi3b = get_profile("pi3b")
+    board = board_memory_mb(pi3b, 110, 64, 10)
+    assert board - pi3b.framework_mb < pi3b.training_budget_mb
     assert (fits.passed, fits.basis.name) == (True, "MODELLED") and f"{board:,.0f} MB" in fits.measured
     assert "905 MB" in fits.note and "out of memory" in fits.note
     # and judges the paper's "2.5-fold to 600 MB" on the board's model: the level holds, the ratio does not
     about, fold = items["park2020/fig7b"].verdict.checks[1:]
-    base = board_memory_mb(get_profile("pi3b"), 32, 32)
+    base = board_memory_mb(pi3b, 32, 32, 10)
     assert about.passed is (abs(board / 600 - 1) <= LEVEL_TOLERANCE) and f"{board / base:.2f}" in fold.measured
     assert fold.passed is (abs(board / base / 2.5 - 1) <= LEVEL_TOLERANCE)
     assert items["park2020/fig7b"].status == ("reproduced" if about.passed and fold.passed else "differs")
@@ -176,9 +178,10 @@ def test_table3_shows_the_paper_beside_the_measurement(rendered: tuple[Path, dic
     assert "P15" in cpu.loc["32x128", "paper_note"]
     memory = table[table["metric"] == "memory_usage_mb"].set_index("config")
     assert memory.loc["110x32", "paper"] == 398.1
-    assert memory.loc["110x32", "measured"] == pytest.approx(board_memory_mb(get_profile("pi3b"), 110, 32))
+    assert memory.loc["110x32", "measured"] == pytest.approx(board_memory_mb(get_profile("pi3b"), 110, 32, 10))
     host = table[table["metric"] == "host_device_mb"].set_index("config")
-    assert host.loc["110x32", "measured"] == 150 + 110 + 32 + 100  # the probe's working set + the framework
+    framework = get_profile("pi3b").framework_mb
+    assert host.loc["110x32", "measured"] == 150 + 110 + 32 + framework  # the probe's working set + the framework
 
 
 def test_fig5a_predicts_the_paper_s_times(rendered: tuple[Path, dict[str, Any]]) -> None:
@@ -244,11 +247,12 @@ def test_memory_is_the_board_s_model_whatever_the_host_probes_show(tmp_path: Pat
     table = pd.read_csv(tmp_path / "park2020" / "table3.csv")
     judged = table[table["metric"] == "memory_usage_mb"].set_index("config")["measured"].dropna()
     assert judged.to_dict() == pytest.approx(
-        {c: board_memory_mb(get_profile("pi3b"), *map(int, c.split("x"))) for c in judged.index}
+        {c: board_memory_mb(get_profile("pi3b"), *map(int, c.split("x")), 10) for c in judged.index}
     )
     memory = next(c for c in items["park2020/table3"].verdict.checks if "memory_usage_mb" in c.measured)
     assert memory.basis.name == "MODELLED" and memory.undecided != "noisy"
-    # The same need at every N is how the board holds memory (CIFAR streamed): the paper's fall with N differs
-    trend = next(c for c in items["park2020/fig6b"].verdict.checks if c.name == "trend")
-    assert (trend.passed, trend.kind) == (False, "structural") and "cause:" in trend.note
-    assert items["park2020/fig6b"].status == "differs"
+    # The validation iterator's part of the record file fits a chunk from N = 3 on, so the board holds less at
+    # N = 10 than at N = 1 and 2 (which hold the same): the paper's fall with N, predicted
+    fig6b = {c.name: c for c in items["park2020/fig6b"].verdict.checks}
+    assert (fig6b["trend"].passed, fig6b["trend"].kind) == (True, "predicted")
+    assert items["park2020/fig6b"].status == ("reproduced" if fig6b["level"].passed else "differs")

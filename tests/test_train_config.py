@@ -160,8 +160,8 @@ def test_check_rejects_more_devices_than_samples() -> None:
 
 
 def test_check_rejects_run_that_does_not_fit_device_memory() -> None:
-    # Prepare: 350 MB minus the 200 MB OS allowance and the framework's 100 MB leaves 50 MB
-    tiny = with_memory(PI3B, 350)
+    # Prepare: 50 MB above the OS allowance and the framework's footprint
+    tiny = with_memory(PI3B, PI3B.os_reserve_mb + PI3B.framework_mb + 50)
     cfg = TrainConfig(model="cnn", n_devices=2, worker_data="full", batch_size=64)
     need = estimate_memory_mb("cnn", 64, 60000)["total"]
 
@@ -220,6 +220,7 @@ def test_estimate_memory_of_streamed_data_leaves_the_data_out() -> None:
 
 
 def test_memory_below_the_framework_footprint_is_refused() -> None:
-    allowed = r"device_memory_mb=300 .* > 300 MB: the OS allowance \(200 MB\) plus the framework"
+    floor = PI3B.os_reserve_mb + PI3B.framework_mb
+    allowed = rf"device_memory_mb={floor} .* > {floor} MB: the OS allowance \(200 MB\) plus the framework"
     with pytest.raises(ConfigError, match=allowed):
-        with_memory(PI3B, 300)
+        with_memory(PI3B, floor)

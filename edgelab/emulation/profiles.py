@@ -118,10 +118,11 @@ PROFILES: dict[str, DeviceProfile] = {
             "core at 1.2 GHz (4 FLOP/cycle); not measured on a Pi here, so the "
             "report also calibrates on one paper cell"
         ),
-        framework_mb=100,
+        framework_mb=81,
         framework_note=(
-            "assumed: Python and MXNet 0.9.5 on Raspbian; the paper's LeNet-CNN used about 300 MB on one "
-            "device, of which MNIST held as float32 (MXNet's example loads it whole) is about 188 MB"
+            "read off the paper's one-device LeNet-CNN (Fig 4b, about 300 MB): Python, MXNet 0.9.5 and Raspbian "
+            "hold what the memory model leaves of it once MNIST's training and test images (as float32, as "
+            "MXNet's example holds them: 209 MB), the weights and the batch's tensors (10 MB) are taken away"
         ),
     ),
     # Raspberry Pi 4 Model B, as in Jeon et al.: BCM2711, 4x Cortex-A72 at 1.5 GHz,

@@ -371,6 +371,7 @@ def summarize(plan: Plan, stored: list[StoredRun]) -> ResnetSummary:
                     "outcome": "out_of_memory",
                     "estimated_mb": estimate,
                     **_probes(memory, "needed_mb"),
+                    "deciding_mb": memory["needed_mb"],  # the probe at the run, which stopped it
                     "budget_mb": memory["budget_mb"],
                     "measured_at": memory.get("measured_at", f"devices={run.devices}"),
                 }

@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from edgelab.common import checks
-from edgelab.emulation.memory_model import device_memory
+from edgelab.emulation.memory_model import device_memory, record_iterator_mb
 from edgelab.emulation.profiles import DeviceProfile
 from edgelab.emulation.timeline import Topology
+from edgelab.models import costs
 from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
 from edgelab.papers.park2020.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
 from edgelab.report import verdict as policy
@@ -40,6 +41,11 @@ NO_NOISE = Noise.none("the device-model clock is computed from counted steps, FL
 #: The paper's grid: depths, batch sizes, device counts; its test set; Table 4's run (devices, epochs).
 PAPER_DEPTHS, PAPER_BATCHES, PAPER_DEVICES = (32, 80, 110), (32, 64, 128), range(1, 11)
 PAPER_TEST_SIZE = 10_000
+#: Bytes a CIFAR-10 image takes in MXNet's record files: MXNet's scripts wrote each image as a PNG (apache/mxnet
+#: issue 235) and packed it whole. Measured here: PNG (Pillow's default compression) of CIFAR-10's training
+#: images 0-3,999 (the lossless sample), with the image header (24 B) and the record's (8 B, padded to 4 B):
+#: 2,300 B on average (test images 0-999: 2,298 B). Checked by tests/test_park2020_resnet_memory.py.
+CIFAR_RECORD_BYTES = 2_300
 PAPER_TABLE4 = (10, 5)
 #: What each ResNet device iterates: the paper does not say (MXNet's train_cifar10.py splits by worker).
 SHARD_CHOICE = "worker_data=shard: each device trains its 1/N shard (MXNet's train_cifar10.py splits by worker)"
@@ -70,18 +76,28 @@ def select(summary: ResnetSummary, clock: str = PRIMARY, *, multi_epoch: bool = 
         return pd.DataFrame(columns=[*_COLUMNS, "device_mb", "host_device_mb"])
     rows = runs[(runs["clock"] == clock) & (runs["outcome"] == "trained")]
     rows = rows[rows["epochs"] > 1] if multi_epoch else rows[rows["epochs"] == 1]
-    modelled = [board_memory_mb(summary.profile, d, b) for d, b in zip(rows["depth"], rows["batch"], strict=True)]
+    shape = zip(rows["depth"], rows["batch"], rows["devices"], strict=True)
+    modelled = [board_memory_mb(summary.profile, d, b, n) for d, b, n in shape]
     rows = rows.assign(device_mb=modelled, host_device_mb=rows["measured_mb"] + summary.profile.framework_mb)
     return rows.sort_values(["depth", "batch", "devices"])
 
 
-def board_memory_mb(profile: DeviceProfile, depth: int, batch: int) -> float:
-    """MB a board holds training ResNet-``depth`` at ``batch`` (``edgelab.emulation.memory_model``).
+def board_memory_mb(profile: DeviceProfile, depth: int, batch: int, devices: int) -> float:
+    """MB a board of ``devices`` holds training ResNet-``depth`` at ``batch`` (``edgelab.emulation.memory_model``).
 
     No data is resident: MXNet's image-record iterator, which the paper's
-    example trains CIFAR with, streams the images from the card.
+    example trains CIFAR with, streams the images from the card. Its buffers
+    are: the example opens one on the training records and one on the
+    validation records, each reading its device's 1/N part of the file.
     """
-    return device_memory(profile, f"resnet{depth}", int(batch)).total_mb
+    n = int(devices)
+    train, test = -(-PAPER_TRAIN_SIZE // n), -(-PAPER_TEST_SIZE // n)
+    side = costs.RESNET_SIDE
+    buffers = sum(
+        record_iterator_mb(part, int(batch), image_floats=3 * side * side, record_bytes=CIFAR_RECORD_BYTES)
+        for part in (train, test)
+    )
+    return device_memory(profile, f"resnet{depth}", int(batch), buffers_mb=buffers).total_mb
 
 
 def out_of_memory(summary: ResnetSummary) -> pd.DataFrame:
@@ -114,10 +130,21 @@ def projection(row: Any) -> str:
 
 
 def oom_note(row: Any) -> str:
-    """Why a configuration did not train: its need against the budget."""
+    """Why a configuration did not train: the probe at the run against the budget, and every probe of its need.
+
+    The run stops at its own probe; the probes taken before it can fall either
+    side of a budget the need is close to, and the note says so.
+    """
+    deciding = getattr(row, "deciding_mb", row.measured_mb)
+    probes = ""
+    if getattr(row, "memory_runs", 1) > 1:
+        probes = (
+            f"; {int(row.memory_runs)} probes {row.memory_min_mb:,.0f}-{row.memory_max_mb:,.0f} MB, "
+            f"median {row.measured_mb:,.0f}"
+        )
     return (
-        f"out of memory: the step needs {row.measured_mb:,.0f} MB above the framework (estimated "
-        f"{row.estimated_mb:,.0f} MB), the training budget is {row.budget_mb:,.0f} MB"
+        f"out of memory: the step needed {deciding:,.0f} MB above the framework at the run, over the "
+        f"{row.budget_mb:,.0f} MB training budget{probes} (estimated {row.estimated_mb:,.0f} MB)"
     )
 
 
