@@ -3,7 +3,7 @@
     device MB = framework + weights x 3 + kept activations x batch + resident data + iterator buffers
 
 * **framework**: the profile's ``framework_mb``, what the interpreter and the
-  training framework hold before any model (the Pi 3B's is assumed, from the
+  training framework hold before any model (the Pi 3B's is read off the
   paper's LeNet-CNN on one device: see its ``framework_note``);
 * **weights**: every trainable weight, its gradient and the optimizer's
   momentum, float32 (``edgelab.models.costs.parameter_count``);

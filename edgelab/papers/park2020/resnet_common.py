@@ -86,9 +86,9 @@ def board_memory_mb(profile: DeviceProfile, depth: int, batch: int, devices: int
     """MB a board of ``devices`` holds training ResNet-``depth`` at ``batch`` (``edgelab.emulation.memory_model``).
 
     No data is resident: MXNet's image-record iterator, which the paper's
-    example trains CIFAR with, streams the images from the card. Its buffers
-    are: the example opens one on the training records and one on the
-    validation records, each reading its device's 1/N part of the file.
+    example trains CIFAR with, streams the images from the card; what it
+    buffers is counted, for the two the example opens: one on the training
+    records and one on the validation records, each on the device's 1/N part.
     """
     n = int(devices)
     train, test = -(-PAPER_TRAIN_SIZE // n), -(-PAPER_TEST_SIZE // n)
