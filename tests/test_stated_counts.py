@@ -1,7 +1,7 @@
 """The status counts the README and docs/papers.md state are the committed manifests' counts.
 
 A re-run that moves an id's status must move these counts with it: the
-README's table once said 28 differs for weeks after one id had moved.
+README's table still said 28 differs hours after an id had moved.
 """
 
 from __future__ import annotations
