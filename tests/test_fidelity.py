@@ -211,7 +211,11 @@ def test_the_cells_the_paper_contradicts_itself_on_are_marked_with_why(rows: pd.
 
     assert "P15" in marked[("park2020/table3", "32x128 devices=10")]
     assert "9.67" in marked[("jeon/table1", "single processor")]
+    # the ensemble's time, given three ways: every reading named beside the table's
+    ensemble = marked[("jeon/table1", "ensemble (5 binary)")]
+    assert "P4" in ensemble and all(reading in ensemble for reading in ("4.33x", "5 minutes", "3.33x"))
     jeon = rows[rows["id"] == "jeon/table1"].set_index("cell")
+    assert jeon.loc["ensemble (5 binary)", "paper"] == 4.33  # the table's reading is the one kept in the cell
     assert jeon.loc["single processor", "paper"] == 9.67  # the 9.67x ratio, beyond the 5x of 5 stages
     assert jeon.loc["single processor", "paper"] > 5
     assert ("park2020/table3", "32x64 devices=10") not in marked.index
