@@ -13,7 +13,7 @@ from edgelab.emulation.profiles import get_profile
 from edgelab.emulation.timeline import Topology
 from edgelab.papers.park2020.resnet import ResnetRun, ResnetSummary, paper_rounds
 from edgelab.papers.park2020.resnet_common import board_memory_mb
-from edgelab.papers.park2020.resnet_figures import render_resnet
+from edgelab.papers.park2020.resnet_figures import _fig5a_paper, judge_fig5a, render_resnet
 from edgelab.report.manifest import STATUSES
 from edgelab.report.verdict import LEVEL_TOLERANCE
 
@@ -256,3 +256,49 @@ def test_memory_is_the_board_s_model_whatever_the_host_probes_show(tmp_path: Pat
     fig6b = {c.name: c for c in items["park2020/fig6b"].verdict.checks}
     assert (fig6b["trend"].passed, fig6b["trend"].kind) == (True, "predicted")
     assert items["park2020/fig6b"].status == ("reproduced" if fig6b["level"].passed else "differs")
+
+
+@pytest.mark.parametrize(
+    ("stopped", "decided_by", "outcome"),
+    [
+        (["110x128"], "board", "holds"),  # the paper's one configuration (P14)
+        (["110x64", "110x128"], "board", "FAILS"),  # one the paper trained
+        (["110x128"], "host", None),  # this host's own need decided: no prediction to judge
+    ],
+)
+def test_fig5a_judges_which_configurations_the_board_cannot_hold(
+    stopped: list[str], decided_by: str, outcome: str | None
+) -> None:
+    # Prepare: the paper's whole grid on one device, ``stopped`` out of memory
+    grid = [(d, b) for d in (32, 80, 110) for b in (32, 64, 128)]
+    dm = pd.DataFrame([_trained(d, b, 1, "device_model") for d, b in grid if f"{d}x{b}" not in stopped])
+    oom = pd.DataFrame(
+        [{"config": c, "devices": 1, "outcome": "out_of_memory", "decided_by": decided_by} for c in stopped]
+    )
+
+    # Execute
+    verdict, notes = judge_fig5a(dm, _fig5a_paper(), oom=oom)
+
+    # Assert
+    checks = [c for c in verdict.checks if c.name == "out of memory"]
+    if outcome is None:
+        assert checks == [] and any("this host's own need" in n for n in notes)
+        return
+    [check] = checks
+    assert (check.outcome, check.basis.name, check.kind) == (outcome, "MODELLED", "predicted")
+    assert check.measured == f"out of memory: {', '.join(stopped)}"
+
+
+def test_fig5a_does_not_judge_memory_on_part_of_the_grid() -> None:
+    # Prepare: 110x64 missing from the grid
+    dm = pd.DataFrame(
+        [_trained(d, b, 1, "device_model") for d in (32, 80, 110) for b in (32, 64) if (d, b) != (110, 64)]
+    )
+    oom = pd.DataFrame([{"config": "110x128", "devices": 1, "outcome": "out_of_memory", "decided_by": "board"}])
+
+    # Execute
+    verdict, notes = judge_fig5a(dm, _fig5a_paper(), oom=oom)
+
+    # Assert
+    assert not [c for c in verdict.checks if c.name == "out of memory"]
+    assert any("not all run" in n for n in notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from edgelab.emulation.memory_model import (
 )
 from edgelab.emulation.profiles import get_profile
 from edgelab.papers.park2020 import lenet
+from edgelab.papers.park2020.resnet import board_need_mb
 from edgelab.papers.park2020.resnet_common import CIFAR_RECORD_BYTES, PAPER_TEST_SIZE, board_memory_mb, oom_note
 
 IMAGE = 3 * 28 * 28  # floats of one image at the iterator's data shape (MXNet's 28x28 crop)
@@ -111,5 +113,43 @@ def test_an_out_of_memory_note_names_the_probe_that_stopped_the_run_and_every_pr
     note = oom_note(row)
 
     # Assert
-    assert note.startswith("out of memory: the step needed 756 MB above the framework at the run, over the 743 MB")
+    assert note.startswith("out of memory: the step needed 756 MB above the framework on this host at the run, over")
+    assert "over the 743 MB training budget" in note
+    # a need beyond the board's whole memory, the one this host's own probe is held to, says so
+    beyond = oom_note(pd.concat([row, pd.Series({"host_limit_mb": 1024.0})]))
+    assert "over the 1,024 MB of the board's whole memory" in beyond
     assert "3 probes 739-756 MB, median 741" in note and "estimated 719 MB" in note
+
+
+def test_an_out_of_memory_note_the_board_decided_gives_its_need_and_this_hosts_beside() -> None:
+    # Prepare: the board's need over the budget; this host's three probes
+    row = pd.Series(
+        {"deciding_mb": 941.6, "decided_by": "board", "measured_mb": 1210.0, "memory_min_mb": 1204.0}
+        | {"memory_max_mb": 1215.0, "memory_runs": 3, "budget_mb": 743.0, "estimated_mb": 1456.9}
+    )
+
+    # Execute
+    note = oom_note(row)
+
+    # Assert
+    assert note.startswith("out of memory: the board's memory model needs 942 MB above the framework, over the 743")
+    assert "this host's TensorFlow: 3 probes 1,204-1,215 MB, median 1,210" in note
+
+
+def test_the_boards_memory_model_stops_only_the_configuration_the_paper_could_not_train() -> None:
+    # Prepare: the paper's grid (P14: of {32, 80, 110} x {32, 64, 128} only 110x128 did not fit the Pi 3B)
+    profile = get_profile("pi3b")
+
+    # Execute
+    over = {
+        (depth, batch, n)
+        for depth, batch, n in itertools.product((32, 80, 110), (32, 64, 128), range(1, 11))
+        if board_need_mb(profile, depth, batch, n) > profile.training_budget_mb
+    }
+
+    # Assert: 110x128 at every device count, nothing else; 80x128, the nearest, fits by under 3% at one device
+    assert over == {(110, 128, n) for n in range(1, 11)}
+    assert board_need_mb(profile, 80, 128, 1) == pytest.approx(721.6, abs=0.1)
+    assert board_need_mb(profile, 80, 128, 1) == pytest.approx(
+        board_memory_mb(profile, 80, 128, 1) - profile.framework_mb
+    )

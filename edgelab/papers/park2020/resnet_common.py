@@ -23,11 +23,15 @@ import numpy as np
 import pandas as pd
 
 from edgelab.common import checks
-from edgelab.emulation.memory_model import device_memory, record_iterator_mb
-from edgelab.emulation.profiles import DeviceProfile
 from edgelab.emulation.timeline import Topology
-from edgelab.models import costs
-from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, PER_TABLE_CELL, ResnetSummary
+from edgelab.papers.park2020.resnet import (  # noqa: F401 (the board memory model, re-exported)
+    CIFAR_RECORD_BYTES,
+    PAPER_TEST_SIZE,
+    PAPER_TRAIN_SIZE,
+    PER_TABLE_CELL,
+    ResnetSummary,
+    board_memory_mb,
+)
 from edgelab.papers.park2020.runs import CLOCK_LABEL, fewer, fewer_counts, reduction, topology_choices
 from edgelab.report import verdict as policy
 from edgelab.report.manifest import ReportItem
@@ -40,12 +44,6 @@ PRIMARY, ALTERNATIVE = "device_model", "per_table"
 NO_NOISE = Noise.none("the device-model clock is computed from counted steps, FLOPs and bytes, not timed")
 #: The paper's grid: depths, batch sizes, device counts; its test set; Table 4's run (devices, epochs).
 PAPER_DEPTHS, PAPER_BATCHES, PAPER_DEVICES = (32, 80, 110), (32, 64, 128), range(1, 11)
-PAPER_TEST_SIZE = 10_000
-#: Bytes a CIFAR-10 image takes in MXNet's record files: MXNet's scripts wrote each image as a PNG (apache/mxnet
-#: issue 235) and packed it whole. Measured here: PNG (Pillow's default compression) of CIFAR-10's training
-#: images 0-3,999 (the lossless sample), with the image header (24 B) and the record's (8 B, padded to 4 B):
-#: 2,300 B on average (test images 0-999: 2,298 B). Checked by tests/test_park2020_resnet_memory.py.
-CIFAR_RECORD_BYTES = 2_300
 PAPER_TABLE4 = (10, 5)
 #: What each ResNet device iterates: the paper does not say (MXNet's train_cifar10.py splits by worker).
 SHARD_CHOICE = "worker_data=shard: each device trains its 1/N shard (MXNet's train_cifar10.py splits by worker)"
@@ -82,24 +80,6 @@ def select(summary: ResnetSummary, clock: str = PRIMARY, *, multi_epoch: bool = 
     return rows.sort_values(["depth", "batch", "devices"])
 
 
-def board_memory_mb(profile: DeviceProfile, depth: int, batch: int, devices: int) -> float:
-    """MB a board of ``devices`` holds training ResNet-``depth`` at ``batch`` (``edgelab.emulation.memory_model``).
-
-    No data is resident: MXNet's image-record iterator, which the paper's
-    example trains CIFAR with, streams the images from the card; what it
-    buffers is counted, for the two the example opens: one on the training
-    records and one on the validation records, each on the device's 1/N part.
-    """
-    n = int(devices)
-    train, test = -(-PAPER_TRAIN_SIZE // n), -(-PAPER_TEST_SIZE // n)
-    side = costs.RESNET_SIDE
-    buffers = sum(
-        record_iterator_mb(part, int(batch), image_floats=3 * side * side, record_bytes=CIFAR_RECORD_BYTES)
-        for part in (train, test)
-    )
-    return device_memory(profile, f"resnet{depth}", int(batch), buffers_mb=buffers).total_mb
-
-
 def out_of_memory(summary: ResnetSummary) -> pd.DataFrame:
     """The grid's out-of-memory rows (one epoch), one per configuration and device count."""
     runs = summary.runs
@@ -130,21 +110,30 @@ def projection(row: Any) -> str:
 
 
 def oom_note(row: Any) -> str:
-    """Why a configuration did not train: the probe at the run against the budget, and every probe of its need.
+    """Why a configuration did not train: what decided it against the budget, and this host's probes of its need.
 
-    The run stops at its own probe; the probes taken before it can fall either
-    side of a budget the need is close to, and the note says so.
+    The board's memory model decides (``board_need_mb``); a run stopped by this
+    host's own probe (a need beyond the board's whole memory, or a run stored
+    before the board decided) says so, with the probes taken before it.
     """
     deciding = getattr(row, "deciding_mb", row.measured_mb)
-    probes = ""
+    probes = f"{row.measured_mb:,.0f} MB"
     if getattr(row, "memory_runs", 1) > 1:
         probes = (
-            f"; {int(row.memory_runs)} probes {row.memory_min_mb:,.0f}-{row.memory_max_mb:,.0f} MB, "
+            f"{int(row.memory_runs)} probes {row.memory_min_mb:,.0f}-{row.memory_max_mb:,.0f} MB, "
             f"median {row.measured_mb:,.0f}"
         )
+    if getattr(row, "decided_by", "host") == "board":
+        return (
+            f"out of memory: the board's memory model needs {deciding:,.0f} MB above the framework, over the "
+            f"{row.budget_mb:,.0f} MB training budget (this host's TensorFlow: {probes})"
+        )
+    limit = getattr(row, "host_limit_mb", None)
+    limit = row.budget_mb if limit is None or pd.isna(limit) else limit
+    held = "training budget" if limit == row.budget_mb else "of the board's whole memory"
     return (
-        f"out of memory: the step needed {deciding:,.0f} MB above the framework at the run, over the "
-        f"{row.budget_mb:,.0f} MB training budget{probes} (estimated {row.estimated_mb:,.0f} MB)"
+        f"out of memory: the step needed {deciding:,.0f} MB above the framework on this host at the run, over "
+        f"the {limit:,.0f} MB {held} ({probes}; estimated {row.estimated_mb:,.0f} MB)"
     )
 
 
@@ -273,9 +262,11 @@ def context_lines(summary: ResnetSummary, rows: pd.DataFrame, *, accuracy: bool 
     )
     lines.append(
         f"Device memory ({p.name}): {p.memory_mb} MB - {p.os_reserve_mb} MB OS - {p.framework_mb} MB framework "
-        f"({p.framework_note}) = {p.training_budget_mb} MB training budget. A configuration whose step "
-        "needs more ends as out of memory, recorded as a result. Measured need: the step's peak working set above "
-        "the framework on this host's TensorFlow, data excluded (a Pi streams CIFAR-10 from its card)."
+        f"({p.framework_note}) = {p.training_budget_mb} MB training budget. A configuration the board's memory "
+        "model (weights, optimizer state, kept activations, the record iterators' buffers) says needs more ends "
+        "as out of memory, recorded as a result. Measured beside it: the step's peak working set above the "
+        "framework on this host's TensorFlow, data excluded (a Pi streams CIFAR-10 from its card), which keeps "
+        "more than MXNet did and decides only past the board's whole memory."
     )
     lines.append(f"Topology: {summary.topology.describe()}.")
     if accuracy:

@@ -26,6 +26,7 @@ from edgelab.papers.park2020.resnet import PAPER_TRAIN_SIZE, Plan, ResnetRun, Re
 from edgelab.papers.park2020.resnet_common import (
     ALTERNATIVE,
     NO_NOISE,
+    PAPER_BATCHES,
     PAPER_DEPTHS,
     PAPER_TABLE4,
     PRIMARY,
@@ -127,10 +128,20 @@ def _batch_check(dm: pd.DataFrame) -> Check:
 
 
 def judge_fig5a(
-    dm: pd.DataFrame, paper: dict[tuple[str, int], float], *, choices: list[str] | None = None
+    dm: pd.DataFrame,
+    paper: dict[tuple[str, int], float],
+    *,
+    choices: list[str] | None = None,
+    oom: pd.DataFrame | None = None,
 ) -> tuple[Verdict, list[str]]:
-    """The verdict of fig5a (every time a prediction of the device model), and what could not be compared."""
+    """The verdict of fig5a (every time a prediction of the device model), and what could not be compared.
+
+    ``oom``: the grid's out-of-memory rows; with the paper's whole grid run, which configurations stop is
+    the board's memory model's prediction, held to the paper's 110x128 alone (P14).
+    """
     ns, checks, notes = sorted(set(dm["devices"])), [], []
+    if oom is not None:
+        checks += _fits_check(dm, oom, notes)
     for n, word in ((1, "max (inferred 1 device)"), (10, "min (inferred 10 devices)")):
         if n not in ns:
             notes.append(f"N={n} not run: the paper's {word} is shown, not compared.")
@@ -157,6 +168,29 @@ def judge_fig5a(
     return policy.decide(checks, fitted=[], predicted=predicted, noise=NO_NOISE, choices=choices or []), notes
 
 
+def _fits_check(dm: pd.DataFrame, oom: pd.DataFrame, notes: list[str]) -> list[Check]:
+    """Which of the paper's nine configurations stop out of memory, against its 110x128 alone (P14)."""
+    grid = {f"{d}x{b}" for d in PAPER_DEPTHS for b in PAPER_BATCHES}
+    ran = set(dm["config"]) | set(oom["config"])
+    if not grid <= ran:
+        notes.append(f"Out of memory: the paper's grid was not all run ({len(grid & ran)} of 9); not compared.")
+        return []
+    stopped = sorted(set(oom["config"]) & grid, key=order)
+    by_host = sorted(set(oom.loc[oom.get("decided_by", pd.Series("host", index=oom.index)) != "board", "config"]))
+    if by_host:
+        notes.append(f"Out of memory by this host's own need ({', '.join(by_host)}): not the board's prediction.")
+        return []
+    check = policy.holds(
+        "out of memory",
+        stopped == ["110x128"],
+        f"out of memory: {', '.join(stopped) or 'none'}",
+        "of the paper's nine configurations only 110x128 does not fit the Pi 3B (P14)",
+        basis=Basis.MODELLED,
+        note="decided by the board's memory model (edgelab.papers.park2020.resnet.board_need_mb)",
+    )
+    return [check]
+
+
 def _paper_ratio() -> float:
     """The paper's 110x64 over 32x32 one-epoch time (about 6-fold, Fig 7's paragraph)."""
     ref = load_reference("park2020/fig5a")
@@ -167,7 +201,7 @@ def _fig5a(summary: ResnetSummary, root: Path | None, common: dict[str, Any]) ->
     import matplotlib.pyplot as plt
 
     dm, oom, paper = select(summary), out_of_memory(summary), _fig5a_paper()
-    verdict, notes = judge_fig5a(dm, paper, choices=choices(summary))
+    verdict, notes = judge_fig5a(dm, paper, choices=choices(summary), oom=oom)
     here = sorted(set(oom["config"]), key=order)
     extra = [c for c in here if c != "110x128"]
     notes.append(

@@ -31,6 +31,7 @@ from edgelab.papers.park2020.resnet_common import (
     level,
     named,
     networked,
+    oom_note,
     out_of_memory,
     paper_values,
     select,
@@ -192,10 +193,7 @@ def judge_fig7(panel: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Dat
             )
             rule = f"the paper trained 110x64: its step fits the {r.budget_mb:,.0f} MB training budget"
             fits = policy.within(board - fw, float(r.budget_mb))
-            note = (
-                f"this host's TensorFlow needed {getattr(r, 'deciding_mb', r.measured_mb):,.0f} MB above the "
-                "framework at the run (it keeps every layer's output), so the run here stopped as out of memory"
-            )
+            note = f"the run here: {oom_note(r)}"
             base = board_memory_mb(summary.profile, 32, 32, PAPER_N)
             fold = paper_values(item, "memory_usage_ratio")[0]
             checks = [
@@ -324,6 +322,8 @@ def _figure(item_id: str, summary: ResnetSummary, dm: pd.DataFrame, oom: pd.Data
             if panel == "b":
                 ax.axhline(need_mb + fw, color=color, ls="--", label=f"110x64 need, {how}: {need_mb + fw:,.0f} MB")
         text = f"110x64: OUT OF MEMORY\nneeds {r.measured_mb:,.0f} MB (estimated {r.estimated_mb:,.0f})"
+        if getattr(r, "decided_by", "host") == "board":
+            text = f"110x64: OUT OF MEMORY\nthe board needs {r.deciding_mb:,.0f} MB (this host {r.measured_mb:,.0f})"
         ax.text(
             0.5,
             0.25,
