@@ -77,6 +77,29 @@ def test_a_clock_that_charges_messages_takes_the_computing_threads_cpu_and_an_un
         compose(records, sends, [[("a", "d0")]], cpu_column="wall_s", **kwargs)
 
 
+def test_the_work_on_a_messages_bytes_runs_while_they_are_on_the_wire_and_keeps_the_device_busy() -> None:
+    # Prepare: the master sends 1 MB a micro-batch over 8 Mbit/s (1 s); taking it in costs the device 0.5 s of
+    # work (0.5 us a byte), computing 1 s; nothing comes back
+    link = dataclasses.replace(FAST, link_mbps=8.0)
+    records, _ = _records({"a": 1.0}, 4)
+    records["compute_cpu_s"], records["bytes_in"] = 1.0, 1_000_000
+    sends = pd.DataFrame([{"micro_batch": m, "branch": 0, "bytes": 1_000_000} for m in range(4)])
+    kwargs = {
+        "profile": link,
+        "speed_factor": 1.0,
+        "messages": MessageCost(per_byte_s=0.5e-6),
+        "cpu_column": "compute_cpu_s",
+    }
+    # Execute
+    one = compose(records[records["micro_batch"] == 0], sends, [[("a", "d0")]], max_in_flight=1, **kwargs)
+    four = compose(records, sends, [[("a", "d0")]], max_in_flight=4, **kwargs)
+    # Assert: alone, the work hides under the 1 s transfer (2 s, not 2.5); four in flight, the device is busy
+    # 1.5 s a micro-batch (compute and work) and the transfers hide under it: 1 + 1 + 3 x 1.5 = 6.5 s
+    assert one.processing_s == pytest.approx(2.0)
+    assert four.processing_s == pytest.approx(6.5)
+    assert four.resources.loc["d0 compute", "median_s"] == pytest.approx(1.5)
+
+
 def test_speedup_bound_is_sum_over_max() -> None:
     assert speedup_bound([1.0, 2.0, 1.0]) == pytest.approx(2.0)
 

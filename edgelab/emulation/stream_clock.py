@@ -12,6 +12,12 @@ micro-batch in the order they entered:
   previous one (one micro-batch at a time per device, first in first out);
 * a device's output goes over its own uplink to the next device, or back to the
   master (full-duplex switched Ethernet: every link direction carries one flow);
+* a device's work on a message's bytes (``MessageCost.per_byte_s``: TLS,
+  framing, the socket) occupies the device as its compute does, but runs while
+  the bytes are on the wire: taking an input in starts when its first byte is
+  sent and the device is free, and the input is in when both its last byte has
+  arrived and that work is done; handing an output on runs beside the uplink,
+  whose last byte leaves no sooner than the work is done;
 * at most ``max_in_flight`` micro-batches are in the system: the next is sent
   when one comes out (the stream's backpressure).
 
@@ -71,12 +77,9 @@ class MessageCost:
     per_message_s: float = 0.0
     per_byte_s: float = 0.0
 
-    def seconds(self, row: Any) -> float:
-        """What one stage's record (``bytes_in``, ``bytes_out``) costs its device in messages."""
-        cost = self.per_message_s
-        if self.per_byte_s:
-            cost += self.per_byte_s * (float(row["bytes_in"]) + float(row["bytes_out"]))
-        return cost
+    def byte_seconds(self, row: Any, column: str) -> float:
+        """The device's work on one side's bytes of a stage's record (``bytes_in`` or ``bytes_out``)."""
+        return self.per_byte_s * float(row[column]) if self.per_byte_s else 0.0
 
 
 def stage_contention(stream: pd.DataFrame, alone: pd.DataFrame, cpu_column: str = "cpu_s") -> dict[str, float]:
@@ -161,18 +164,22 @@ def compose(
         arrivals = []
         for b, chain in enumerate(branches):
             size = float(send_bytes.loc[(m, b)])
-            start = max(gate, uplink_free.get(MASTER, 0.0))
-            uplink_free[MASTER] = start + size / rate
-            arrive = start + size / rate + latency
+            # The incoming transfer of the next device: when its first byte leaves, when its last is sent.
+            sent_from = max(gate, uplink_free.get(MASTER, 0.0))
+            sent_until = sent_from + size / rate
+            uplink_free[MASTER] = sent_until
             for i, (stage, device) in enumerate(chain):
                 row = cost.loc[(b, stage, m)]
-                compute = float(row[cpu_column]) * speed_factor + messages.seconds(row)
-                begin = max(arrive, device_free.get(device, 0.0))
+                take_in, hand_on = messages.byte_seconds(row, "bytes_in"), messages.byte_seconds(row, "bytes_out")
+                arrive = sent_until + latency
+                begin = max(arrive, max(sent_from, device_free.get(device, 0.0)) + take_in)
+                compute = float(row[cpu_column]) * speed_factor + messages.per_message_s
                 end = begin + compute
-                device_free[device] = end
+                device_free[device] = end + hand_on
                 sent = float(row["bytes_out"])
-                tx = max(end, uplink_free.get(device, 0.0))
-                uplink_free[device] = tx + sent / rate
+                sent_from = max(end, uplink_free.get(device, 0.0))
+                sent_until = max(sent_from + sent / rate, end + hand_on)
+                uplink_free[device] = sent_until
                 rows.append(
                     {
                         "branch": b,
@@ -183,13 +190,12 @@ def compose(
                         "arrive": arrive,
                         "start": begin,
                         "end": end,
-                        "compute_s": compute,
+                        "compute_s": compute + take_in + hand_on,  # the device's busy time for the micro-batch
                         "queue_s": begin - arrive,
                         "transfer_s": sent / rate + latency,
                     }
                 )
-                arrive = tx + sent / rate + latency
-            arrivals.append(arrive)
+            arrivals.append(sent_until + latency)
         out_arrival[m] = max(arrivals)
     timeline = pd.DataFrame(rows)
     total_images = int(images.sum())
