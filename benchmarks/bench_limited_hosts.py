@@ -28,9 +28,12 @@ emulated clock claims to predict: boards of that speed on that link.
    5 devices at 0.2 cores), CIFAR-10 test images streamed through in
    micro-batches (``edgelab.pipeline.stream.run_pipeline``), against the
    stream's emulated clock (``edgelab.emulation.stream_clock.compose``: each
-   stage's measured CPU time times the board's speed factor, this machine's
-   sustained GEMM rate per CPU second over the board's, and the link for every
-   transfer).
+   stage's computing threads' CPU time times the board's speed factor, this
+   machine's sustained GEMM rate per CPU second over the board's; the board's
+   price of a stream's messages, per micro-batch and per byte, which streams of
+   stages that compute nothing measure inside the quotas just before
+   (``measure_stream_messages``), paid on the same device as its compute, the
+   byte work while the bytes are on the wire; and the link for every transfer).
    The clock composes the same stream run just before with the quotas lifted,
    as the emulated cluster would run it: a CPU second measured under the quota
    is already the board's (each throttle hands the caches to other work), and
@@ -103,7 +106,7 @@ from edgelab.emulation import stream_clock, timeline  # noqa: E402
 from edgelab.emulation.device_model import for_profile  # noqa: E402
 from edgelab.emulation.profiles import DeviceProfile, get_profile, sustained_gflops  # noqa: E402
 from edgelab.models.costs import RESNET_SIDE  # noqa: E402
-from edgelab.pipeline.stream import StreamResult, run_pipeline  # noqa: E402
+from edgelab.pipeline.stream import Placement, StreamResult, run_pipeline, stream  # noqa: E402
 from edgelab.runtime.devices import connect  # noqa: E402
 from edgelab.training.data_parallel import TrainConfig, TrainRun, train  # noqa: E402
 
@@ -312,99 +315,84 @@ def measured_link(board: DeviceProfile, link: dict[str, Any]) -> DeviceProfile:
     return replace(board, link_mbps=link["bytes"] * 8 / seconds / 1e6)
 
 
-def measure_message(
-    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, *, repeats: int = 40, payload_bytes: int = 64
+def measure_message_stream(
+    cluster: DeviceCluster, *, payload_bytes: int, micro_batches: int = 96, max_in_flight: int = IN_FLIGHT
 ) -> dict[str, Any]:
-    """What a stream's messages cost: its hops as the stream makes them, carrying ``payload_bytes`` each.
+    """What a stream's messages cost a device: a stream of two stages that compute nothing, on the hosts as they are.
 
-    The stream's own path (``edgelab.pipeline.stream``): a value scattered to
-    the first device, a task on it, a task on the second device that takes its
-    output, gathered back; ``repeats`` such chains one after another. Each
-    device takes one message in and hands one on per chain, as each stage does
-    per micro-batch. Returns ``latency_s``, a third of the median chain's wall
-    (three hops), and ``device_cpu_s``, the CPU the two devices' groups spent
-    on the median chain, each (their event loops, the comms, TLS), which the
-    board pays at its own speed; ``device_cpu_quartiles_s``, its spread.
+    Each stage Keras's ``Identity``, on the first two devices, streamed as the
+    pipeline is (``edgelab.pipeline.stream``: the same tasks, the same
+    backpressure), each micro-batch carrying ``payload_bytes``: each device takes
+    one in and hands one on per micro-batch, as a stage does. Called on the limited
+    hosts, it runs inside their quotas: the board's own comms. Returns ``cpu_s``,
+    a device's process CPU per micro-batch beside its computing threads' (the mean
+    of the two: the event loop, the tasks' bookkeeping, TLS, framing), each
+    device's, and the stream's ``wall_s`` per micro-batch.
 
-    Each chain's CPU is read on its own: a total over the chains took in
-    whatever else the workers did meanwhile (a heartbeat, a collection), and
-    read 15-18 ms of board CPU a chain in one block, 32-34 ms in another.
+    A stream, not a chain of one message at a time: with several micro-batches in
+    flight, a device's event loop handles messages as the pipeline's do, several a
+    wake-up.
     """
-    from edgelab.cluster.device_cluster import device_resource
+    import keras
 
-    first, second = cluster.devices[:2]
-    workers = cluster.client.scheduler_info()["workers"]
-    address = next(a for a, w in workers.items() if str(w["name"]) == first)
-    groups = [g for i in range(2) for g in hosts.cgroups[hosts.spec.device(i)]]
-    payload = np.zeros(max(1, payload_bytes // 4), np.float32)
-
-    def used_ns() -> int:
-        return sum(device_cgroups.usage(g).get("cpu_ns", 0) for g in groups)
-
-    chains, cpu = [], []
-    for _ in range(repeats + 2):  # the first two open the comms
-        before, start = used_ns(), time.perf_counter()
-        [sent] = cluster.client.scatter([payload], workers=[address], direct=True, hash=False)
-        hop = cluster.client.submit(_same, sent, resources={device_resource(first): 1}, pure=False)
-        out = cluster.client.submit(_same, hop, resources={device_resource(second): 1}, pure=False)
-        out.result()
-        chains.append(time.perf_counter() - start)
-        cpu.append((used_ns() - before) / 1e9 / 2)
-        cluster.client.cancel([sent, hop, out])
-    q1, median, q3 = np.percentile(cpu[2:], [25, 50, 75])
+    shape = (max(1, payload_bytes // 4 // MICRO_BATCH),)  # a micro-batch carries the payload whole
+    models = {}
+    for name in ("stage0", "stage1"):
+        x_in = keras.Input(shape)
+        models[name] = keras.Model(x_in, keras.layers.Identity()(x_in), name=name)
+    placement = Placement.pipeline(list(models), cluster.devices[:2])
+    x = np.zeros((micro_batches * MICRO_BATCH, *shape), np.float32)
+    stream(cluster, placement, models, x[: 2 * MICRO_BATCH], micro_batch=MICRO_BATCH, log=lambda _: None)  # warm
+    result = stream(cluster, placement, models, x, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight)
+    compute = result.records.groupby("device")["compute_cpu_s"].sum()
+    comms = (result.device_cpu["process_s"] - compute.reindex(result.device_cpu.index).fillna(0.0)) / micro_batches
     return {
-        "latency_s": statistics.median(chains[2:]) / 3,
-        "device_cpu_s": float(median),
-        "device_cpu_quartiles_s": [float(q1), float(q3)],
-        "payload_bytes": int(payload.nbytes),
+        "cpu_s": float(comms.mean()),
+        "cpu_s_each": {str(k): float(v) for k, v in comms.items()},
+        "wall_s": float(result.wall_s / micro_batches),
+        "payload_bytes": int(x[:MICRO_BATCH].nbytes),
+        "micro_batches": micro_batches,
     }
 
 
-def measure_messages(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts) -> dict[str, Any]:
-    """The messages' cost on the unthrottled hosts (the emulator's view of a hop): empty and loaded chains."""
-    with unthrottled(hosts):
-        message = measure_message(cluster, hosts)
-        loaded = measure_message(cluster, hosts, payload_bytes=HOP_PAYLOAD_BYTES)
-    rate = hop_rate(message, loaded)
-    return message | {
+def measure_stream_messages(cluster: DeviceCluster, cores: float) -> dict[str, Any]:
+    """The board's price of a stream's messages, per micro-batch and per byte, in board seconds.
+
+    Two ``measure_message_stream`` on the limited hosts, inside their quotas: a
+    token payload and a micro-batch's activations (``HOP_PAYLOAD_BYTES``). A
+    device takes the payload in and hands it on once a micro-batch, so a byte costs
+    (loaded - token) / (2 x payload) of its CPU; a CPU second inside a quota of
+    ``cores`` is 1 / ``cores`` seconds of the board's time.
+    """
+    token = measure_message_stream(cluster, payload_bytes=64)
+    loaded = measure_message_stream(cluster, payload_bytes=HOP_PAYLOAD_BYTES)
+    return {
+        "token": token,
         "loaded": loaded,
-        "hop_mbps": rate / 1e6 if rate else None,
-        "cpu_s_per_byte": cpu_per_byte(message, loaded),
+        "cores": cores,
+        "per_message_s": token["cpu_s"] / cores,
+        "per_byte_s": stream_cpu_per_byte(token, loaded) / cores,
     }
+
+
+def stream_cpu_per_byte(token: dict[str, Any], loaded: dict[str, Any]) -> float:
+    """A device's CPU seconds per byte it takes in or hands on: the payload goes in and on once a micro-batch.
+
+    ``token`` and ``loaded``: ``measure_message_stream`` with a token payload and a micro-batch's activations;
+    0 when the payload cost no more CPU than the token.
+    """
+    added = loaded["cpu_s"] - token["cpu_s"]
+    return max(0.0, added / (2 * (loaded["payload_bytes"] - token["payload_bytes"])))
 
 
 def _message_row(message: dict[str, Any]) -> dict[str, Any]:
-    """A stream row's own message measurement (host CPU a chain, each device: median and quartiles)."""
-    q1, q3 = message["device_cpu_quartiles_s"]
+    """A stream row's own message prices: the board's ms a micro-batch and ns a byte, and the host CPU behind them."""
     return {
-        "message_cpu_ms": 1e3 * message["device_cpu_s"],
-        "message_cpu_q1_ms": 1e3 * q1,
-        "message_cpu_q3_ms": 1e3 * q3,
-        "message_latency_ms": 1e3 * message["latency_s"],
+        "message_ms": 1e3 * message["per_message_s"],
+        "message_ns_per_byte": 1e9 * message["per_byte_s"],
+        "token_cpu_ms": 1e3 * message["token"]["cpu_s"],
+        "loaded_cpu_ms": 1e3 * message["loaded"]["cpu_s"],
     }
-
-
-def hop_rate(empty: dict[str, float], loaded: dict[str, float]) -> float | None:
-    """Bits per second a stream's hop delivers: the payload over the time it adds to a hop; None if it adds none.
-
-    ``empty`` and ``loaded``: ``measure_message`` with a token payload and with a micro-batch's activations.
-    """
-    added = loaded["latency_s"] - empty["latency_s"]
-    carried = loaded["payload_bytes"] - empty["payload_bytes"]
-    return 8 * carried / added if added > 0 and carried > 0 else None
-
-
-def cpu_per_byte(empty: dict[str, float], loaded: dict[str, float]) -> float:
-    """A device's CPU seconds per byte it takes in or hands on: each takes the payload in and hands it on once a chain.
-
-    ``empty`` and ``loaded`` as for ``hop_rate``; 0 when the payload cost no more CPU than the token.
-    """
-    added = loaded["device_cpu_s"] - empty["device_cpu_s"]
-    return max(0.0, added / (2 * (loaded["payload_bytes"] - empty["payload_bytes"])))
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 def run_stream(
@@ -542,7 +530,7 @@ def compare_stream(
     result: StreamResult,
     board: DeviceProfile,
     speed_factor: float,
-    message: dict[str, float] | None = None,
+    message: dict[str, Any] | None = None,
     *,
     host: StreamResult | None = None,
     alone: StreamResult | None = None,
@@ -555,9 +543,11 @@ def compare_stream(
     with one micro-batch in flight, from which each stage's host contention is divided out of the
     composed records, as Jeon's clock does (``stream_clock.stage_contention``).
 
-    ``message``: the messages' cost as measured on these hosts (``measure_message``): its latency is taken
-    as the links', and each stage pays its device CPU per micro-batch at the board's speed. The clock with
-    the profile's nominal latency and no per-message cost is kept as ``emulated_nominal_s``.
+    ``message``: the board's price of a stream's messages (``measure_stream_messages``: per micro-batch and per
+    byte, board seconds): each stage pays it on its device beside its computing threads' CPU, the byte work while
+    the bytes are on the wire (``stream_clock.compose``). The clock that charges a stage its process's CPU instead
+    (the comms as the unthrottled hosts spent them inside its micro-batches) and no message price is kept as
+    ``emulated_nominal_s``.
     """
     source = host or result
     branches = [list(chain) for chain in _branches(source)]
@@ -566,36 +556,24 @@ def compare_stream(
         for column in ("cpu_s", "compute_cpu_s")
     }
 
-    def clock(
-        profile: DeviceProfile, message_s: float, cpu_column: str, per_byte: float = 0.0
-    ) -> stream_clock.EmulatedStream:
+    def clock(messages: stream_clock.MessageCost, cpu_column: str) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
             stream_clock.without_contention(source.records, contention[cpu_column], cpu_column),
             source.sends,
             branches,
-            profile=profile,
+            profile=board,
             speed_factor=speed_factor,
             max_in_flight=source.max_in_flight,
-            messages=stream_clock.MessageCost(message_s, per_byte),
+            messages=messages,
             cpu_column=cpu_column,
         )
 
-    # The nominal clock charges a stage its process's CPU, the comms' work in it; with the messages
-    # measured, their cost is charged per message instead, and a stage its computing threads' CPU alone.
-    nominal = clock(board, 0.0, "cpu_s")
-    device_message_s, cpu_column = 0.0, "cpu_s"
-    if message is not None:
-        board = replace(board, latency_s=message["latency_s"])
-        if message.get("hop_mbps"):  # the links at the rate a hop delivered a micro-batch's activations
-            board = replace(board, link_mbps=message["hop_mbps"])
-        device_message_s = message["device_cpu_s"] * speed_factor
-        cpu_column = "compute_cpu_s"
-    emulated = clock(board, device_message_s, cpu_column)
-    # Each byte a stage takes in and hands on costs its device CPU too (TLS, framing, the socket). Charged on the
-    # stage's critical path it over-shoots (measured 2026-12-02: +31% and +48%): much of it runs while the device
-    # waits for its next input anyway. Kept as a second clock, not the judged one.
-    per_byte = (message or {}).get("cpu_s_per_byte", 0.0) * speed_factor
-    with_bytes = clock(board, device_message_s, cpu_column, per_byte) if per_byte else emulated
+    nominal = clock(stream_clock.MessageCost(), "cpu_s")
+    if message is None:
+        emulated, priced, cpu_column = nominal, stream_clock.MessageCost(), "cpu_s"
+    else:
+        priced, cpu_column = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"]), "compute_cpu_s"
+        emulated = clock(priced, cpu_column)
     records = result.records
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
@@ -614,10 +592,8 @@ def compare_stream(
         "emulated_nominal_s": float(nominal.processing_s),
         "error_nominal": float(nominal.processing_s / result.wall_s - 1),
         "latency_ms": board.latency_s * 1e3,
-        "device_message_ms": device_message_s * 1e3,
-        "device_ns_per_byte": per_byte * 1e9,
-        "emulated_per_byte_s": float(with_bytes.processing_s),
-        "error_per_byte": float(with_bytes.processing_s / result.wall_s - 1),
+        "device_message_ms": priced.per_message_s * 1e3,
+        "device_ns_per_byte": priced.per_byte_s * 1e9,
         "bottleneck": emulated.bottleneck,
         "speed_factor": speed_factor,
         "images": int(emulated.images),
@@ -743,7 +719,7 @@ def run_block(
                     configs = [(m, n) for m, n in configs if m in kinds]
                     links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
                     doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
-                    doc["message"] = measure_messages(cluster, hosts) if streams else None
+                    doc["message"] = measure_stream_messages(cluster, cores) if streams else None
                     now = doc  # the board file the runs are judged against, this machine's GEMM rate beside it
                     for r in range(repeats):
                         if r and given is None:
@@ -765,8 +741,9 @@ def run_block(
                                 # clock composes, and one micro-batch at a time there, whose stages' CPU says
                                 # how much the others busy beside them cost; then on the limited hosts, whose
                                 # wall it predicts.
-                                # The messages are measured again beside each stream, the machine as it is then.
-                                message = measure_messages(cluster, hosts)
+                                # The messages are priced again beside each stream, inside the quotas, the machine
+                                # as it is then.
+                                message = measure_stream_messages(cluster, cores)
                                 with unthrottled(hosts):
                                     emulated_on = run_stream(cluster, hosts, n)["stream"]
                                     alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
@@ -1053,37 +1030,27 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"at most {IN_FLIGHT} in flight; measured = the stream's wall time from the first input sent to the last "
         "output back; emulated = `stream_clock.compose` over the same stream run just before with the quotas "
         "lifted, as the emulated cluster runs it (`unthrottled`: each stage's computing threads' CPU time, the "
-        "contention of its neighbours divided out as measured with one micro-batch in flight, x the "
-        "speed factor, each device's CPU per message as chains of empty tasks along the stream's path measured it "
-        "just before each stream (`measure_message`, also unthrottled: the median chain's CPU, each chain read on "
-        "its own), at the board's speed, and the links at the rate the same chains "
-        "delivered carrying a "
-        f"micro-batch's activations ({HOP_PAYLOAD_BYTES / 2**10:,.0f} KiB a hop), with the empty chain's latency per "
-        "hop); their "
-        "'nominal' clock charges each stage its process's CPU time, no message cost, and the profile's link. "
+        "contention of its neighbours divided out as measured with one micro-batch in flight, x the speed factor), "
+        "each device paying besides the board's price of a stream's messages, per micro-batch and per byte taken in "
+        "and handed on, as streams of stages that compute nothing priced them on the limited hosts, inside their "
+        "quotas, just before each stream (`measure_stream_messages`: a token and "
+        f"{HOP_PAYLOAD_BYTES / 2**10:,.0f} KiB a micro-batch), the byte work running while the bytes are on the wire "
+        "(`stream_clock.compose`), and the board's link as given; their 'nominal' clock charges each stage its "
+        "process's CPU time inside its micro-batches instead and no message price. "
         "Device compute = the busiest stage's wall inside its micro-batches, device model = its "
         "emulated compute.",
     ]
-    priced = [s for s in results["summary"] if s["model"] == "pipeline" and "error_per_byte" in s]
+    priced = [s for s in results["summary"] if s["model"] == "pipeline" and "message_ms" in s]
     if priced:
-        each = ", ".join(f"{s['devices']} hosts {s['error_per_byte']:+.1%}" for s in priced)
-        lines += [
-            "",
-            "The same clock charging each stage, besides, the CPU the loaded chains spent per byte on every byte it "
-            f"takes in and hands on ({priced[0]['device_ns_per_byte']:.0f} ns a byte at the board's speed), on its "
-            f"critical path: {each}. Much of that work runs while a stage waits for its next input.",
-        ]
-    chained = [s for s in results["summary"] if s["model"] == "pipeline" and "message_cpu_ms" in s]
-    if chained:
         each = "; ".join(
-            f"{s['devices']} hosts {s['message_cpu_ms']:.2f} ms (quartiles {s['message_cpu_q1_ms']:.2f}-"
-            f"{s['message_cpu_q3_ms']:.2f}), {s['device_message_ms']:.1f} ms at the board's speed"
-            for s in chained
+            f"{s['devices']} hosts {s['message_ms']:.1f} ms a micro-batch and {s['message_ns_per_byte']:.1f} ns a byte "
+            f"(host CPU a micro-batch per device: {s['token_cpu_ms']:.2f} ms with a token, {s['loaded_cpu_ms']:.2f} ms "
+            f"with {HOP_PAYLOAD_BYTES / 2**10:,.0f} KiB)"
+            for s in priced
         )
         lines += [
             "",
-            "The empty chains measured beside each stream, host CPU a chain for each of the two devices (medians over "
-            f"the repeats of each stream's median chain): {each}.",
+            f"The messages' price, at the board's speed, beside each stream (medians over the repeats): {each}.",
         ]
     split = [s for s in results["summary"] if s["model"] == "pipeline" and "limited_process_cpu_s" in s]
     if split:
@@ -1106,15 +1073,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         fit = doc["measurements"]["fit"]
         message = doc.get("message")
         said = (
-            f"; a message chain {3e3 * message['latency_s']:.1f} ms, {1e3 * message['device_cpu_s']:.2f} ms of each "
-            "device's CPU"
-            + (
-                f"; carrying {message['loaded']['payload_bytes'] / 2**10:,.0f} KiB a hop, "
-                f"{3e3 * message['loaded']['latency_s']:.1f} ms and {1e3 * message['loaded']['device_cpu_s']:.2f} ms: "
-                f"a hop delivers {message['hop_mbps'] or float('nan'):.1f} Mbit/s"
-                if message.get("loaded")
-                else ""
-            )
+            f"; a stream's messages {1e3 * message['per_message_s']:.1f} ms a micro-batch and "
+            f"{1e9 * message['per_byte_s']:.1f} ns a byte of the board's time"
             if message
             else ""
         )

@@ -211,24 +211,18 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["device_compute_s"] == pytest.approx(1.8)  # stage 1's measured wall, 0.9 s each
     assert out["images"] == 2 and out["rounds"] == 2
 
-    # Each device's messages measured at 20 ms of its CPU per micro-batch: 0.1 s a stage at the speed factor,
-    # charged beside the computing threads' CPU alone (0.4 s and 0.8 s), not beside the process's, which holds
-    # the comms already: each micro-batch 1 + 0.5 + 0.5 + 0.9 s
-    out = bench.compare_stream(result, board, speed_factor=5.0, message={"latency_s": 0.0, "device_cpu_s": 0.02})
+    # The board's messages priced at 0.1 s a micro-batch: charged beside the computing threads' CPU alone (0.4 s
+    # and 0.8 s), not beside the process's, which holds the comms already: each micro-batch 1 + 0.5 + 0.5 + 0.9 s
+    out = bench.compare_stream(result, board, speed_factor=5.0, message={"per_message_s": 0.1, "per_byte_s": 0.0})
     assert out["emulated_s"] == pytest.approx(5.8) and out["emulated_nominal_s"] == pytest.approx(6.0)
     assert out["device_message_ms"] == pytest.approx(100.0)
 
-    # Hops measured to deliver 4 Mbit/s (0.5 MB/s), half the profile's rate: each transfer takes twice as long
-    slow_hops = {"latency_s": 0.0, "device_cpu_s": 0.02, "hop_mbps": 4.0}
-    out = bench.compare_stream(result, board, speed_factor=5.0, message=slow_hops)
-    assert out["emulated_s"] == pytest.approx(2 * (2.0 + 0.5 + 1.0 + 0.9))
-
-    # And 20 ns of host CPU per byte in and out (100 ns at the speed factor), in the second clock only: stage 0
-    # takes 1 MB in and hands 0.5 MB on (+0.15 s), stage 1 takes 0.5 MB in (+0.05 s)
-    priced = {"latency_s": 0.0, "device_cpu_s": 0.02, "cpu_s_per_byte": 20e-9}
+    # And 0.1 us a byte in and out: stage 0 takes 1 MB in (0.1 s, under the 1 s transfer) and hands 0.5 MB on
+    # (0.05 s, under the 0.5 s transfer), stage 1 takes 0.5 MB in (0.05 s, beside the transfer): the device work
+    # hides under the wire and the stream's time is the same
+    priced = {"per_message_s": 0.1, "per_byte_s": 1e-7}
     out = bench.compare_stream(result, board, speed_factor=5.0, message=priced)
     assert out["emulated_s"] == pytest.approx(5.8)
-    assert out["emulated_per_byte_s"] == pytest.approx(2 * (1.0 + 0.65 + 0.5 + 0.95))
     assert out["device_ns_per_byte"] == pytest.approx(100.0)
 
     # Given the same stream as the emulator ran it (no quota: half the CPU a stage), the clock composes that one's
@@ -271,24 +265,22 @@ def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(b
     assert bench._busiest_cpu(dataclasses.replace(result, device_cpu=empty), "host") == {}  # after a recovery
 
 
-def test_a_hop_s_rate_is_the_payload_over_the_time_it_adds(bench) -> None:  # type: ignore[no-untyped-def]
-    empty = {"latency_s": 0.010, "payload_bytes": 64}
-    loaded = {"latency_s": 0.110, "payload_bytes": 1_250_064}
-    assert bench.hop_rate(empty, loaded) == pytest.approx(100e6)  # 1.25 MB in 0.1 s more
-    assert bench.hop_rate(empty, {"latency_s": 0.009, "payload_bytes": 1_250_064}) is None  # no time added
-
-
 def test_a_device_s_cpu_per_byte_counts_the_payload_in_and_on_once_each(bench) -> None:  # type: ignore[no-untyped-def]
-    empty = {"device_cpu_s": 0.005, "payload_bytes": 64}
-    loaded = {"device_cpu_s": 0.030, "payload_bytes": 1_000_064}
-    assert bench.cpu_per_byte(empty, loaded) == pytest.approx(0.025 / 2e6)
-    assert bench.cpu_per_byte(empty, {"device_cpu_s": 0.004, "payload_bytes": 1_000_064}) == 0.0
+    token = {"cpu_s": 0.005, "payload_bytes": 64}
+    loaded = {"cpu_s": 0.030, "payload_bytes": 1_000_064}
+    assert bench.stream_cpu_per_byte(token, loaded) == pytest.approx(0.025 / 2e6)
+    assert bench.stream_cpu_per_byte(token, {"cpu_s": 0.004, "payload_bytes": 1_000_064}) == 0.0
 
 
-def test_a_stream_s_row_carries_its_own_chains_median_and_quartiles_in_ms(bench) -> None:  # type: ignore[no-untyped-def]
-    message = {"latency_s": 0.004, "device_cpu_s": 0.0035, "device_cpu_quartiles_s": [0.0031, 0.0042]}
+def test_a_stream_s_row_carries_its_message_prices_at_the_board_s_speed_and_the_host_cpu_behind_them(bench) -> None:  # type: ignore[no-untyped-def]
+    message = {
+        "per_message_s": 0.021,
+        "per_byte_s": 45e-9,
+        "token": {"cpu_s": 0.0042},
+        "loaded": {"cpu_s": 0.0189},
+    }
     assert bench._message_row(message) == pytest.approx(
-        {"message_cpu_ms": 3.5, "message_cpu_q1_ms": 3.1, "message_cpu_q3_ms": 4.2, "message_latency_ms": 4.0}
+        {"message_ms": 21.0, "message_ns_per_byte": 45.0, "token_cpu_ms": 4.2, "loaded_cpu_ms": 18.9}
     )
 
 
