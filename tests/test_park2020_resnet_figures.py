@@ -302,3 +302,18 @@ def test_fig5a_does_not_judge_memory_on_part_of_the_grid() -> None:
     # Assert
     assert not [c for c in verdict.checks if c.name == "out of memory"]
     assert any("not all run" in n for n in notes)
+
+
+def test_fig5a_s_six_fold_check_says_the_paper_contradicts_it_with_its_own_ratio_beside_the_clock_s() -> None:
+    # Prepare: the test's clock makes time proportional to depth (110x32 / 32x32 = 3.44x at every N)
+    dm = pd.DataFrame([_trained(d, b, n, "device_model") for d, b in ((32, 32), (110, 32), (110, 64)) for n in (1, 10)])
+
+    # Execute
+    verdict, _ = judge_fig5a(dm, _fig5a_paper())
+
+    # Assert: the ratio is judged against the 6-fold and fails; its note gives the paper's own 4.0 at its max and
+    # min (80,000 / 20,000 s and 8,000 / 2,000 s) and this clock's ratio at each N
+    [check] = [c for c in verdict.checks if "110x64 / 32x32" in c.measured]
+    assert check.outcome == "FAILS"
+    assert "P18" in check.note and "is 4.0, 4.0 (its max and min)" in check.note
+    assert "on this clock 110x32 / 32x32 is 3.44x at N=1, 3.44x at N=10" in check.note
