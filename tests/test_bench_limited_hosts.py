@@ -390,3 +390,42 @@ def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and
 
     # Assert: the first host's worker only, then every device warmed as at the block's start
     assert calls == [("restart", ["pi3b-0"]), ("warm", 5)]
+
+
+def test_the_hosts_together_over_a_host_alone_scales_the_clocks_compute_and_the_board_alone_is_kept(
+    bench, board: DeviceProfile
+) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: one round of two devices, 100 steps each, 1 MB each way
+    flops = training_flops_per_sample("mlp")
+    records = pd.DataFrame(
+        {
+            "round": [0, 0],
+            "epoch": [0, 0],
+            "device": ["b-0", "b-1"],
+            "device_index": [0, 1],
+            "steps": [100, 100],
+            "samples": [6400, 6400],
+            "cpu_s": [1.0, 1.0],
+            "wall_s": [2.0, 2.0],
+            "bytes_received": [1_000_000] * 2,
+            "bytes_sent": [1_000_000] * 2,
+            "round_wall_s": [4.0, 4.0],
+            "server_s": [0.01, 0.01],
+        }
+    )
+    # Execute: the hosts stepped at 6 ms together, 10 and 14 ms alone (either side): 0.5
+    together = bench.co_run([0.010, 0.014], [0.006, 0.006])
+    out = bench.compare(_run(records), board, together=together, pace=2.0)
+
+    # Assert: half the compute, the link unchanged; the board alone as before; the paced clock from the board's
+    assert together == pytest.approx(0.5)
+    compute = 0.1 + 6400 * flops / 1e9
+    assert out["emulated_s"] == pytest.approx(0.5 * compute + 2.0)
+    assert out["emulated_alone_s"] == pytest.approx(compute + 2.0)
+    assert out["error_alone"] == pytest.approx((compute + 2.0) / 4.0 - 1)
+    assert out["emulated_paced_s"] == pytest.approx(2.0 * compute + 2.0)
+    assert out["together"] == 0.5
+    with pytest.raises(ValueError, match="positive seconds per step"):
+        bench.co_run([0.010, 0.0], [0.006])
+    with pytest.raises(ValueError, match="positive seconds per step"):
+        bench.co_run([], [0.006])
