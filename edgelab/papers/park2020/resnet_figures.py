@@ -177,7 +177,9 @@ def _fits_check(dm: pd.DataFrame, oom: pd.DataFrame, notes: list[str]) -> list[C
         notes.append(f"Out of memory: the paper's grid was not all run ({len(grid & ran)} of 9); not compared.")
         return []
     stopped = sorted(set(oom["config"]) & grid, key=order)
-    by_host = sorted(set(oom.loc[oom.get("decided_by", pd.Series("host", index=oom.index)) != "board", "config"]))
+    # A run stored before the board's memory model decided it stopped on the host's own error.
+    decided = oom["decided_by"] if "decided_by" in oom else pd.Series("host", index=oom.index)
+    by_host = sorted(set(oom.loc[decided != "board", "config"]))
     if by_host:
         notes.append(f"Out of memory by this host's own need ({', '.join(by_host)}): not the board's prediction.")
         return []
