@@ -10,7 +10,12 @@ emulated clock claims to predict: boards of that speed on that link.
    groups, beside that host's idle worker and nanny (which share the quota
    with the training as they share it with the calibration), its two
    device-model terms (seconds per step, FLOP rate) fitted on its own timings;
-   one board per CPU quota. The idle hosts' own CPU is measured and reported.
+   one board per CPU quota and device count, calibrated while the run's other
+   hosts train beside it (``others_training``): the limited hosts share this
+   machine's cores and caches, and a step costs a host less CPU while its
+   neighbours train than alone (``co_run``), so a board calibrated alone is
+   a slower board than the run's. Again before each repeat. The idle hosts'
+   own CPU is measured and reported.
 2. **The real run**: synchronous data-parallel training (``edgelab.train``,
    LeNet-MLP and LeNet-CNN on MNIST, batch 64, one round per pass over each
    device's data, a few seconds of compute per round) on 2, 5 and 10 limited
@@ -22,12 +27,7 @@ emulated clock claims to predict: boards of that speed on that link.
    a machine of its own behind links that are never the bottleneck (as here:
    the client sits on the unshaped bridge, each device behind its own link).
    That is what the emulated cluster would give for these records
-   (``edgelab.training.result``), with this set-up's topology. The limited
-   hosts share this machine: a step costs a host less CPU while the run's
-   other hosts train beside it than alone, as the board was calibrated. So
-   the clock's compute is the board's times ``co_run``: the run's hosts'
-   step all at once over the first host's alone, probed either side of the
-   run. The clock with the board alone is kept beside it.
+   (``edgelab.training.result``), with this set-up's topology.
 
 4. **A pipeline**: a CIFAR ResNet-20 cut into one stage per device (2 and
    5 devices at 0.2 cores), CIFAR-10 test images streamed through in
@@ -45,12 +45,13 @@ emulated clock claims to predict: boards of that speed on that link.
    the speed factor would charge the quota's cost a second time.
 
 5. **The board's pace**: a few seconds of the run's model's training steps
-   inside the quota (``step_pace``): on the first host's worker alone right
-   after each calibration, and on all the run's hosts at once either side of
-   each data-parallel run (``pace_on``, the slowest host's). Their ratio
-   (``paced``) drives a diagnostic clock whose compute follows it: whether
-   the speed each host gets at the run, beside the others, not the board's
-   alone at its calibration, makes the error.
+   inside the quota (``step_pace``), on all the board's device count's hosts
+   at once (``pace_on``, the slowest host's): right after each calibration,
+   and either side of each data-parallel run. Their ratio (``paced``) drives a
+   diagnostic clock whose compute follows it: whether the speed each host
+   gets at the run, not the board's at its calibration, makes the error.
+   The first host alone is probed either side of each run too: the run's
+   hosts together over it (``co_run``) is what the busy calibration is for.
 
 Per configuration: measured seconds per round (``round_wall_s``), emulated
 seconds per round, their relative error (target: within 10%), and what splits
@@ -131,9 +132,13 @@ LINK_MBIT = 100.0  # a Pi 3B's Ethernet, tc tbf on each host's veth, both direct
 LATENCY_MS = 0.05  # veth and bridge, no delay added: what the board's profile is given as its latency
 PREFIX, SUBNET = "ell", "10.218.0.0/24"  # not the default shaped cluster's, nor the tests': theirs are left alone
 TARGET = 0.10  # |emulated - measured| / measured per configuration
+# Windows per calibration cell, their median kept: at 0.2 cores one cell's three 4 s windows spread by 10-34%
+CALIBRATION_REPEATS = 5
 # The pace probe: steps of the run's model at batch 64 on the first host, in its quota, a few seconds at 0.2
 # cores, from a shard of this many images (past the caches, as a run's data is; small beside the ceiling)
 PACE_STEPS, PACE_IMAGES = {"mlp": 300, "cnn": 24}, 16_384
+# The load beside a calibration: each model's steps in turn, about half a second each at 0.2 cores
+BUSY_STEPS = {"mlp": 100, "cnn": 4}
 # The pipeline: a CIFAR ResNet-20 (inference) cut into one stage per device, at most this many devices
 PIPELINE_MODEL, PIPELINE_MAX_DEVICES = "resnet20", 5
 # 15-20 s a stream at 0.2 cores: streams of 5-7 s moved by 10% between repeats
@@ -158,8 +163,7 @@ def calibrate_beside(
     against 6.2) and the streams' clock then ran 8-22% fast. Beside a worker that
     has trained and streamed (951 MB at its peak) a second TensorFlow may not fit
     under the ceiling (1 GiB: the kernel killed it); the caller keeps its last
-    board then. ``suffix`` names a later calibration of the same hosts apart
-    from the first.
+    board then. ``suffix`` names each calibration of the same hosts apart.
     """
     cores = hosts.spec.cpus or 1.0
     name = f"limited{round(cores * 100)}{suffix}"
@@ -202,18 +206,16 @@ def idle_cores(hosts: shaped_hosts.ShapedHosts, seconds: float = 20.0) -> float:
     return used / 1e9 / seconds / len(hosts.cgroups)
 
 
-def step_pace(model: str, steps: int) -> float:
-    """Seconds per step of ``model`` at batch 64 where this runs: a task on a device's worker, inside its quota.
+def _pace_kit(model: str) -> tuple[Any, Any, Any]:
+    """``model`` built, a shard of ``PACE_IMAGES`` random images and its first weights: kept on the worker.
 
-    The model is built and its shard made once per worker (kept on the worker);
-    every call runs the window once untimed, then times it: every probe starts
-    warm. (Before, only a worker's first call, the one after a calibration, ran
-    warm, and the probes beside the runs read 28% slower than it, median.)
+    Built once per worker (and kept there): every later probe, and the load
+    beside a calibration, trains the same model from the same shard.
     """
     from distributed import get_worker
 
     from edgelab.models.builtin import ModelSpec, build_model
-    from edgelab.runtime.steps import Shard, get_weights, train_steps
+    from edgelab.runtime.steps import Shard, get_weights
 
     try:
         kept = get_worker().__dict__.setdefault("_edgelab_pace", {})
@@ -225,12 +227,69 @@ def step_pace(model: str, steps: int) -> float:
         y = rng.integers(0, 10, size=PACE_IMAGES).astype(np.int64)
         built = build_model(ModelSpec(model))
         kept[model] = (built, Shard(x, y, channel_axis=model == "cnn"), get_weights(built))
-    built, shard, weights = kept[model]
+    return kept[model]
+
+
+def step_pace(model: str, steps: int) -> float:
+    """Seconds per step of ``model`` at batch 64 where this runs: a task on a device's worker, inside its quota.
+
+    Every call runs the window once untimed, then times it: every probe starts
+    warm. (Before, only a worker's first call, the one after a calibration, ran
+    warm, and the probes beside the runs read 28% slower than it, median.)
+    """
+    from edgelab.runtime.steps import train_steps
+
+    built, shard, weights = _pace_kit(model)
     order = np.resize(shard.order(0, 0, 0), steps * BATCH_SIZE)  # shuffled, as a worker's epoch is
     train_steps(built, shard, weights, order, steps, BATCH_SIZE)  # untimed: traces once, warms the caches always
     start = time.perf_counter()
     train_steps(built, shard, weights, order, steps, BATCH_SIZE)
     return (time.perf_counter() - start) / steps
+
+
+def keep_training(stop: str) -> int:
+    """Training steps of each model in turn, about a second of them at 0.2 cores at a time, until ``stop`` is set.
+
+    A run's other hosts, as busy beside a calibration as they are in the run:
+    on this machine a host's step costs less CPU while its neighbours train
+    (their shared code and data stay in the caches), and Python loops in their
+    place did not do it (``co_run``). Both models in turn, as the calibration
+    times both. Returns the steps trained.
+    """
+    from distributed import Event
+
+    from edgelab.runtime.steps import train_steps
+
+    event, done = Event(stop), 0
+    while not event.is_set():
+        for model in MODELS:
+            built, shard, weights = _pace_kit(model)
+            steps = BUSY_STEPS[model]
+            train_steps(
+                built, shard, weights, np.resize(shard.order(0, 0, done), steps * BATCH_SIZE), steps, BATCH_SIZE
+            )
+            done += steps
+    return done
+
+
+@contextlib.contextmanager
+def others_training(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int) -> Iterator[list[int]]:
+    """Hosts 2..``devices`` training (``keep_training``) meanwhile, inside their quotas; the steps they trained."""
+    from distributed import Event
+
+    stop = Event(f"edgelab-busy-{os.getpid()}-{time.monotonic_ns()}", client=cluster.client)
+    tasks = [
+        cluster.client.submit(
+            keep_training, stop.name, workers=[hosts.spec.device(i)], allow_other_workers=False, pure=False
+        )
+        for i in range(1, devices)
+    ]
+    trained = [0]
+    try:
+        yield trained
+    finally:
+        stop.set()
+        trained[0] = sum(int(t.result(timeout=RESTART_TIMEOUT_S)) for t in tasks)
 
 
 def pace_on(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, model: str, devices: int = 1) -> float:
@@ -270,7 +329,9 @@ def co_run(alone_s: list[float], together_s: list[float]) -> float:
     host with all ten training 0.85-0.89 ms, each group inside its quota either
     way; nine busy loops beside it did not make it faster, nine hosts training
     did. A board calibrated alone is the first of these; a run of ten is the
-    second. Below 1: the run's hosts step faster than a host alone.
+    second (hence boards calibrated with the run's others training beside
+    them, ``others_training``). Below 1: the run's hosts step faster than a
+    host alone.
     """
     if not (alone_s and together_s and min(alone_s + together_s) > 0):
         raise ValueError(f"paces must be positive seconds per step, not alone {alone_s}, together {together_s}")
@@ -495,7 +556,6 @@ def compare(
     cell_step_s: float | None = None,
     link: dict[str, Any] | None = None,
     pace: float | None = None,
-    together: float | None = None,
 ) -> dict[str, Any]:
     """The run's measured seconds per round against its emulated ones, and the pieces of each.
 
@@ -505,14 +565,10 @@ def compare(
     link's measured rate, and the nominal one is kept as ``emulated_nominal_s``.
     ``pace``: the board's speed at the run over its speed at its calibration
     (``paced``: > 1 slower), for a diagnostic clock whose compute follows it.
-    ``together``: the run's hosts' step all at once over a host's alone
-    (``co_run``); the clock's compute is the board's times it, and the board's
-    own (a host alone, as calibrated) is kept as ``emulated_alone_s``.
     """
     records = run.records
     model = for_profile(board.name)
-    alone = model.records_compute_s(records, str(run.config.model))
-    compute = alone * (together if together is not None else 1.0)
+    compute = model.records_compute_s(records, str(run.config.model))
     nominal = timeline.compose(records, board, topology=CLOCK, compute_s=compute)
     if link is not None:
         board = measured_link(board, link)
@@ -544,13 +600,8 @@ def compare(
         cells = timeline.compose(records, board, topology=CLOCK, compute_s=records["steps"].to_numpy() * cell_step_s)
         out["emulated_cell_s"] = float(cells["round_s"].mean())
         out["error_cell"] = out["emulated_cell_s"] / out["measured_s"] - 1
-    if together is not None:
-        by_itself = timeline.compose(records, board, topology=CLOCK, compute_s=alone)
-        out["together"] = together
-        out["emulated_alone_s"] = float(by_itself["round_s"].mean())
-        out["error_alone"] = out["emulated_alone_s"] / out["measured_s"] - 1
     if pace is not None:
-        at_pace = timeline.compose(records, board, topology=CLOCK, compute_s=alone * pace)
+        at_pace = timeline.compose(records, board, topology=CLOCK, compute_s=compute * pace)
         out["pace"] = pace
         out["emulated_paced_s"] = float(at_pace["round_s"].mean())
         out["error_paced"] = out["emulated_paced_s"] / out["measured_s"] - 1
@@ -741,32 +792,40 @@ def run_block(
                 try:
                     streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
                     warm_up(cluster, max(devices), kinds, max(streams, default=0))
-                    doc, board = _board(hosts, Path(folder), seconds=seconds, given=given)
-                    doc |= _host_gemm(seconds)
-                    models = [m for m in MODELS if m in kinds]
-                    doc["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}  # the board's, as calibrated
-                    doc["repeats"] = []
+                    doc = {"idle_host_cores": idle_cores(hosts), "given": given is not None, "calibrations": []}
                     configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
                     configs = [(m, n) for m, n in configs if m in kinds]
-                    links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
-                    doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
-                    doc["message"] = measure_stream_messages(cluster, cores) if streams else None
-                    now = doc  # the board file the runs are judged against, this machine's GEMM rate beside it
+                    counts = sorted({n for _, n in configs})
+                    boards: dict[int, tuple[dict[str, Any], DeviceProfile]] = {}
                     for r in range(repeats):
-                        if r and given is None:
-                            # This machine's speed moves within minutes (a VM: its GEMM rate by up to half
-                            # within the hour): the board is calibrated again before each repeat, so each run
-                            # is judged against the board as it was minutes before, not at the block's start.
-                            fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
-                            now, board = _calibrate_again(hosts, Path(folder), seconds, r, doc, (now, board))
-                            if "pace_s" not in now:  # calibrated again (a failed one leaves the last board's)
-                                now["pace_s"] = {m: pace_on(cluster, hosts, m) for m in models}
-                        cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
-                        # The stream clock's speed factor: this machine's sustained rate per CPU second (the stages'
-                        # CPU seconds are what it turns into the board's; a wall second here holds the hypervisor's
-                        # steal besides) over the board's, one thread.
-                        factor = now["host_sustained_gflops"] / board.reference_gflops
+                        if given is not None:
+                            boards = boards or {n: _given_board(cluster, hosts, given, seconds, n) for n in counts}
+                        else:
+                            # One board per device count, calibrated on the first host with the run's others
+                            # training beside it: the limited hosts share this machine's cores and caches, and
+                            # a step costs a host less CPU with its neighbours training than alone (``co_run``).
+                            # Again before each repeat: this machine's speed moves within minutes (a VM: its
+                            # GEMM rate by up to half within the hour), so each run is judged against boards
+                            # as they were minutes before, not at the block's start.
+                            if r:
+                                fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
+                            boards = {
+                                n: _calibrate_busy(cluster, hosts, Path(folder), seconds, r, n, doc, boards.get(n))
+                                for n in counts
+                            }
+                        if r == 0:
+                            links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
+                            doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
+                            doc["message"] = measure_stream_messages(cluster, cores) if streams else None
                         for model, n in configs if r % 2 == 0 else configs[::-1]:
+                            now, board = boards[n]
+                            cells = {
+                                c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64
+                            }
+                            # The stream clock's speed factor: this machine's sustained rate per CPU second (the
+                            # stages' CPU seconds are what it turns into the board's; a wall second here holds the
+                            # hypervisor's steal besides) over the board's, one thread.
+                            factor = now["host_sustained_gflops"] / board.reference_gflops
                             if model == "pipeline":
                                 # The same stream on the emulated cluster (quotas lifted), whose records the
                                 # clock composes, and one micro-batch at a time there, whose stages' CPU says
@@ -785,10 +844,10 @@ def run_block(
                                 measured |= _message_row(message)
                             else:
                                 # The board's pace probed either side of the run, on all its hosts at once:
-                                # does the speed each host gets then, beside the others, not the board's at
-                                # its calibration (alone), account for the clock's error?
-                                # And a host alone either side, as the board was calibrated: how much faster
-                                # (or slower) a step is with the run's hosts all training (``co_run``).
+                                # does the speed each host gets then, not the board's at its calibration,
+                                # account for the clock's error? And a host alone either side: how much
+                                # faster (or slower) a step is with the run's hosts all training (``co_run``),
+                                # which the board, calibrated beside them, is to have taken in.
                                 alone = [pace_on(cluster, hosts, model)]
                                 before = pace_on(cluster, hosts, model, n)
                                 done = run_config(cluster, hosts, model, n)
@@ -796,9 +855,8 @@ def run_block(
                                 alone.append(pace_on(cluster, hosts, model))
                                 pace = paced(before, after, now["pace_s"][model])
                                 together = co_run(alone, [before, after])
-                                measured = compare(
-                                    done["run"], board, cells.get(model), links[(model, n)], pace, together
-                                )
+                                measured = compare(done["run"], board, cells.get(model), links[(model, n)], pace)
+                                measured["together"] = together
                                 measured |= {"pace_before_s": before, "pace_after_s": after}
                                 measured |= {"alone_before_s": alone[0], "alone_after_s": alone[1]}
                             rows.append(_row(done, measured, cores, r))
@@ -838,28 +896,40 @@ def fresh_first_host(
         warm_up(cluster, devices, kinds, stages)
 
 
-def _calibrate_again(
+def _calibrate_busy(
+    cluster: DeviceCluster,
     hosts: shaped_hosts.ShapedHosts,
     folder: Path,
     seconds: float,
     repeat: int,
+    devices: int,
     doc: dict[str, Any],
-    last: tuple[dict[str, Any], DeviceProfile],
+    last: tuple[dict[str, Any], DeviceProfile] | None,
 ) -> tuple[dict[str, Any], DeviceProfile]:
-    """The board calibrated again, with this machine's GEMM rate beside it, kept in ``doc["repeats"]``.
+    """The board for runs of ``devices`` hosts: calibrated on the first with the run's others training beside it.
 
-    A calibration that fails leaves ``last`` in use, its failure kept: the repeat's runs still count.
+    Kept in ``doc["calibrations"]`` with this machine's GEMM rate and the
+    board's pace (``pace_on`` on all ``devices`` hosts at once, right after). A
+    later calibration that fails leaves ``last`` in use, its failure kept: the
+    repeat's runs still count; a first one that fails ends the block.
     """
     try:
-        again = calibrate_beside(hosts, folder, seconds=seconds, repeats=3, suffix=f"_r{repeat}")
+        with others_training(cluster, hosts, devices) as trained:
+            path = calibrate_beside(
+                hosts, folder, seconds=seconds, repeats=CALIBRATION_REPEATS, suffix=f"_n{devices}_r{repeat}"
+            )
     except RuntimeError as exc:
-        doc["repeats"].append({"failed": str(exc)[-2000:]})
-        print(f"repeat {repeat}: calibration failed, the last board kept: {exc}", flush=True)
+        if last is None:
+            raise
+        doc["calibrations"].append({"devices_training": devices, "repeat": repeat, "failed": str(exc)[-2000:]})
+        print(f"repeat {repeat}, {devices} hosts: calibration failed, the last board kept: {exc}", flush=True)
         return last
-    board = get_profile(str(again))
-    now = {**json.loads(again.read_text()), **_host_gemm(seconds)}
-    doc["repeats"].append(now)
-    print(f"repeat {repeat}: {for_profile(board.name).describe()}", flush=True)
+    board = get_profile(str(path))
+    now = {**json.loads(path.read_text()), **_host_gemm(seconds), "devices_training": devices, "repeat": repeat}
+    now["beside_steps_trained"] = trained[0]
+    now["pace_s"] = {m: pace_on(cluster, hosts, m, devices) for m in MODELS}
+    doc["calibrations"].append(now)
+    print(f"repeat {repeat}, {devices} hosts training: {for_profile(board.name).describe()}", flush=True)
     return now, board
 
 
@@ -868,16 +938,13 @@ def _host_gemm(seconds: float) -> dict[str, Any]:
     return {"host_sustained_gflops": sustained_gflops(seconds=seconds / 2, clock="cpu"), "host_gemm_clock": "cpu"}
 
 
-def _board(
-    hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, given: Path | None
+def _given_board(
+    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, path: Path, seconds: float, devices: int
 ) -> tuple[dict[str, Any], DeviceProfile]:
-    """The hosts' idle CPU, then the board: calibrated on the first host (or ``given``); its file and profile."""
-    idle = idle_cores(hosts)
-    path = given or calibrate_beside(hosts, folder, seconds=seconds, repeats=3)
-    board = get_profile(str(path))
-    doc = {**json.loads(path.read_text()), "idle_host_cores": idle, "given": given is not None}
-    print(f"{hosts.spec.cpus:g} cores: {for_profile(board.name).describe()}; idle host {idle:.4f} cores", flush=True)
-    return doc, board
+    """A board calibrated earlier (``--board``), for runs of ``devices`` hosts: its file, this machine's GEMM, pace."""
+    now = {**json.loads(path.read_text()), **_host_gemm(seconds), "devices_training": None, "repeat": 0}
+    now["pace_s"] = {m: pace_on(cluster, hosts, m, devices) for m in MODELS}
+    return now, get_profile(str(path))
 
 
 def _row(done: dict[str, Any], measured: dict[str, Any], cores: float, repeat: int) -> dict[str, Any]:
@@ -971,9 +1038,13 @@ def run_benchmark(
             "link_mbit": LINK_MBIT,
             "latency_ms": LATENCY_MS,
             "calibration_seconds": seconds,
+            "calibration_repeats": CALIBRATION_REPEATS,
             "pace_steps": PACE_STEPS,
             "pace_images": PACE_IMAGES,
             "pace_beside_runs": "on all the run's hosts at once, the slowest",
+            "pace_at_calibration": "on all the board's device count's hosts at once, the slowest",
+            "board": "one per quota and device count, the run's other hosts training beside it (others_training)",
+            "busy_steps": BUSY_STEPS,
             "host_gemm_clock": "cpu",
             "clock_topology": CLOCK.describe(),
             "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
@@ -997,10 +1068,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"each device's data: {c['steps_per_round_at_0.2_cores']} steps at 0.2 cores, scaled to the quota), medians of "
         f"{c['repeats']} interleaved repeats. Each device a shaped host: {c['link_mbit']:g} Mbit/s link (tc tbf, both "
         f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
-        f"Emulated: the board calibrated inside a cgroup of the same quota (again before each later repeat: "
-        "this machine's speed moves within minutes), its compute times how a step's time with the run's hosts all "
-        "training compares with one host's alone (`co_run`: probes either side of each run, on this machine's "
-        "shared cores and caches; the clock with the board alone beside it), composed by `timeline.compose` "
+        "Emulated: the board calibrated inside a cgroup of the same quota while the run's other hosts train beside "
+        "it, one board per device count (`others_training`: these hosts share this machine's cores and caches), "
+        "again before each repeat (this machine's speed moves within minutes), composed by `timeline.compose` "
         f"({c['clock_topology']}), each host's link at the rate it delivered in rounds of one step "
         "(`measure_link`: lower than the nominal rate with more hosts, whose links, bridge and client share this "
         "machine). Host: "
@@ -1008,12 +1078,12 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}); {h['benchmark_wall_s'] / 60:.0f} min.",
         "",
         "| devices | cores each | cores in all | model | measured s/round | emulated s/round | error | "
-        "errors over repeats | within 10% | together / alone | board alone: error | "
+        "errors over repeats | within 10% | together / alone | "
         "link as measured (Mbit/s) | emulated, nominal link | its error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["summary"]:
-        together = f"{s['together']:.2f} | {s['error_alone']:+.1%}" if "together" in s else "| "
+        together = f"{s['together']:.2f}" if "together" in s else ""
         lines.append(
             f"| {s['devices']} | {s['cores']:g} | {s['cores_in_all']:g} | {s['model']} | {s['measured_s']:.3f} | "
             f"{s['emulated_s']:.3f} | "
@@ -1026,13 +1096,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"The board's pace: {' and '.join(f'{n} steps of {m}' for m, n in c.get('pace_steps', PACE_STEPS).items())}"
-            f" at batch {c['batch_size']} inside the quota: on the first host's worker alone right after each "
-            "calibration, and either side of each run "
+            f" at batch {c['batch_size']} inside the quota: right after each calibration "
+            f"{c.get('pace_at_calibration', 'on the first host alone')}, and either side of each run "
             f"{c.get('pace_beside_runs', 'on the first host alone')}; pace = the "
             "mean of a run's two probes over the calibration's (above 1: slower than when calibrated). The paced "
             "clock multiplies the device "
             "model's compute by it: a diagnostic of whether the machine's speed at the run, not at the calibration, "
-            "makes the error; the verdict above stays the plain clock's.",
+            "makes the error; the verdict above stays the plain clock's. Together / alone (`co_run`, above): the "
+            "run's hosts' probes over the first host's alone either side of the run, what a board calibrated alone "
+            "would miss.",
             "",
             "| devices | cores | model | pace (median) | paces over repeats | error | paced clock's error | "
             "its errors over repeats | within 10%, paced |",
@@ -1110,10 +1182,13 @@ def render_markdown(results: dict[str, Any]) -> str:
             "`StreamResult.device_cpu`): its process's, of which its computing threads' inside its micro-batches and "
             f"its event loop's (the comms): {each}.",
         ]
-    lines += ["", "The boards, as `edgelab calibrate` measured them inside a host's groups at each quota:", ""]
+    lines += [
+        "",
+        "The boards, as `edgelab calibrate` measured them inside the first host's groups at each quota, the run's "
+        "other hosts training beside it:",
+        "",
+    ]
     for cores, doc in sorted(boards.items()):
-        terms, gemm, cells = _board_terms(doc)
-        fit = doc["measurements"]["fit"]
         message = doc.get("message")
         said = (
             f"; a stream's messages {1e3 * message['per_message_s']:.1f} ms a micro-batch and "
@@ -1121,20 +1196,17 @@ def render_markdown(results: dict[str, Any]) -> str:
             if message
             else ""
         )
-        lines.append(
-            f"- {cores} cores (`{doc['profile']['name']}`): {terms}, fit residual "
-            f"{fit['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}{_stolen(doc)}; an idle host's own "
-            f"processes used {doc['idle_host_cores']:.3f} cores{said}"
-        )
-        for again in doc.get("repeats", []):  # calibrated again before each later repeat
-            if "failed" in again:
-                lines.append(f"  - again before a later repeat: failed (the last board kept): {again['failed'][-300:]}")
+        lines.append(f"- {cores} cores: an idle host's own processes used {doc['idle_host_cores']:.3f} cores{said}")
+        for board in doc.get("calibrations", []):
+            beside = f"repeat {board['repeat']}, {board['devices_training']} hosts"
+            if "failed" in board:
+                lines.append(f"  - {beside}: failed (the last board kept): {board['failed'][-300:]}")
                 continue
-            terms, gemm, cells = _board_terms(again)
+            terms, gemm, cells = _board_terms(board)
             lines.append(
-                f"  - again before a later repeat (`{again['profile']['name']}`): {terms}, fit residual "
-                f"{again['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}"
-                f"{_stolen(again)}"
+                f"  - {beside} (`{board['profile']['name']}`): {terms}, fit residual "
+                f"{board['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}"
+                f"{_stolen(board)}"
             )
     lines += [
         "",

@@ -346,23 +346,64 @@ def test_a_board_s_line_says_the_host_rate_is_per_cpu_second_when_it_was_measure
     assert "(this machine's 70.0 per CPU second: speed factor 7.00)" in bench._board_terms(doc)[1]
 
 
-def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why(
+def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why_and_a_first_one_ends_the_block(
     bench, board: DeviceProfile, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
-    # Prepare: a calibration that the kernel killed (as a memory ceiling did), and the block's first board
+    import contextlib
+
+    # Prepare: a calibration that the kernel killed (as a memory ceiling did), no hosts to busy beside it
     def killed(*args: object, **kwargs: object) -> None:
         raise RuntimeError("calibration at 0.2 cores failed: the timed training steps failed")
 
     monkeypatch.setattr(bench, "calibrate_beside", killed)
-    doc = {"repeats": []}
+    monkeypatch.setattr(bench, "others_training", lambda cluster, hosts, devices: contextlib.nullcontext([0]))
+    doc = {"calibrations": []}
     last = ({"host_sustained_gflops": 80.0}, board)
 
     # Execute
-    kept = bench._calibrate_again(None, None, 4.0, 1, doc, last)
+    kept = bench._calibrate_busy(None, None, None, 4.0, 1, 5, doc, last)
 
-    # Assert: the runs go on against the last board, and the failure is in the results
+    # Assert: the runs go on against the last board, and the failure is in the results, with its device count
     assert kept is last
-    assert doc["repeats"] == [{"failed": "calibration at 0.2 cores failed: the timed training steps failed"}]
+    assert doc["calibrations"] == [
+        {
+            "devices_training": 5,
+            "repeat": 1,
+            "failed": "calibration at 0.2 cores failed: the timed training steps failed",
+        }
+    ]
+    with pytest.raises(RuntimeError, match="timed training steps failed"):  # no board yet: nothing to judge by
+        bench._calibrate_busy(None, None, None, 4.0, 0, 5, doc, None)
+
+
+def test_the_hosts_beside_a_calibration_train_until_it_ends_and_the_first_host_is_left_to_it(bench) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from distributed import Client, LocalCluster
+
+    # Prepare: three workers named as hosts are, in this process (the load is real training, on each worker)
+    with (
+        LocalCluster(n_workers=3, processes=False, threads_per_worker=1, dashboard_address="127.0.0.1:0") as local,
+        Client(local) as client,
+    ):
+        cluster = type("Cluster", (), {"client": client})()
+        hosts = type("Hosts", (), {"spec": type("Spec", (), {"device": staticmethod(lambda i: i)})()})()
+
+        def built(dask_worker) -> bool:  # type: ignore[no-untyped-def]
+            return set(dask_worker.__dict__.get("_edgelab_pace", {})) == set(bench.MODELS)
+
+        # Execute: the context held until both other hosts have built the models they train
+        with bench.others_training(cluster, hosts, 3) as trained:
+            deadline = time.monotonic() + 120
+            while sum(client.run(built).values()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            during = client.run(built)
+
+        # Assert: hosts 2 and 3 trained both models, the first was left alone; leaving the context stopped them
+        # and counted their steps (each at least one turn of both models: the one it was in when told to stop)
+        by_name = {w["name"]: during[a] for a, w in client.scheduler_info()["workers"].items()}
+        assert by_name == {0: False, 1: True, 2: True}
+        assert trained[0] >= 2 * sum(bench.BUSY_STEPS.values())
 
 
 def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and_warmed_again(
@@ -392,39 +433,10 @@ def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and
     assert calls == [("restart", ["pi3b-0"]), ("warm", 5)]
 
 
-def test_the_hosts_together_over_a_host_alone_scales_the_clocks_compute_and_the_board_alone_is_kept(
-    bench, board: DeviceProfile
-) -> None:  # type: ignore[no-untyped-def]
-    # Prepare: one round of two devices, 100 steps each, 1 MB each way
-    flops = training_flops_per_sample("mlp")
-    records = pd.DataFrame(
-        {
-            "round": [0, 0],
-            "epoch": [0, 0],
-            "device": ["b-0", "b-1"],
-            "device_index": [0, 1],
-            "steps": [100, 100],
-            "samples": [6400, 6400],
-            "cpu_s": [1.0, 1.0],
-            "wall_s": [2.0, 2.0],
-            "bytes_received": [1_000_000] * 2,
-            "bytes_sent": [1_000_000] * 2,
-            "round_wall_s": [4.0, 4.0],
-            "server_s": [0.01, 0.01],
-        }
-    )
-    # Execute: the hosts stepped at 6 ms together, 10 and 14 ms alone (either side): 0.5
-    together = bench.co_run([0.010, 0.014], [0.006, 0.006])
-    out = bench.compare(_run(records), board, together=together, pace=2.0)
-
-    # Assert: half the compute, the link unchanged; the board alone as before; the paced clock from the board's
-    assert together == pytest.approx(0.5)
-    compute = 0.1 + 6400 * flops / 1e9
-    assert out["emulated_s"] == pytest.approx(0.5 * compute + 2.0)
-    assert out["emulated_alone_s"] == pytest.approx(compute + 2.0)
-    assert out["error_alone"] == pytest.approx((compute + 2.0) / 4.0 - 1)
-    assert out["emulated_paced_s"] == pytest.approx(2.0 * compute + 2.0)
-    assert out["together"] == 0.5
+def test_the_hosts_together_over_a_host_alone_is_their_probes_means_ratio_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
+    # The hosts stepped at 6 ms together, 10 and 14 ms alone (either side): 0.5
+    assert bench.co_run([0.010, 0.014], [0.006, 0.006]) == pytest.approx(0.5)
+    assert bench.co_run([0.010], [0.012, 0.014]) == pytest.approx(1.3)
     with pytest.raises(ValueError, match="positive seconds per step"):
         bench.co_run([0.010, 0.0], [0.006])
     with pytest.raises(ValueError, match="positive seconds per step"):
