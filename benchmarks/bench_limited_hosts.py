@@ -799,7 +799,7 @@ def run_block(
                     boards: dict[int, tuple[dict[str, Any], DeviceProfile]] = {}
                     for r in range(repeats):
                         if given is not None:
-                            boards = boards or {n: _given_board(cluster, hosts, given, seconds, n) for n in counts}
+                            boards = boards or {n: _given_board(cluster, hosts, given, seconds, n, doc) for n in counts}
                         else:
                             # One board per device count, calibrated on the first host with the run's others
                             # training beside it: the limited hosts share this machine's cores and caches, and
@@ -939,11 +939,20 @@ def _host_gemm(seconds: float) -> dict[str, Any]:
 
 
 def _given_board(
-    cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, path: Path, seconds: float, devices: int
+    cluster: DeviceCluster,
+    hosts: shaped_hosts.ShapedHosts,
+    path: Path,
+    seconds: float,
+    devices: int,
+    doc: dict[str, Any],
 ) -> tuple[dict[str, Any], DeviceProfile]:
-    """A board calibrated earlier (``--board``), for runs of ``devices`` hosts: its file, this machine's GEMM, pace."""
+    """A board calibrated earlier (``--board``), for runs of ``devices`` hosts: its file, this machine's GEMM, pace.
+
+    Kept in ``doc["calibrations"]`` as a calibration is, marked as given (no hosts trained beside it here).
+    """
     now = {**json.loads(path.read_text()), **_host_gemm(seconds), "devices_training": None, "repeat": 0}
-    now["pace_s"] = {m: pace_on(cluster, hosts, m, devices) for m in MODELS}
+    now |= {"devices": devices, "pace_s": {m: pace_on(cluster, hosts, m, devices) for m in MODELS}}
+    doc["calibrations"].append(now)
     return now, get_profile(str(path))
 
 
@@ -1197,17 +1206,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             else ""
         )
         lines.append(f"- {cores} cores: an idle host's own processes used {doc['idle_host_cores']:.3f} cores{said}")
-        for board in doc.get("calibrations", []):
-            beside = f"repeat {board['repeat']}, {board['devices_training']} hosts"
-            if "failed" in board:
-                lines.append(f"  - {beside}: failed (the last board kept): {board['failed'][-300:]}")
-                continue
-            terms, gemm, cells = _board_terms(board)
-            lines.append(
-                f"  - {beside} (`{board['profile']['name']}`): {terms}, fit residual "
-                f"{board['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}"
-                f"{_stolen(board)}"
-            )
+        lines += [_calibration_line(board) for board in doc.get("calibrations", [])]
     lines += [
         "",
         "Measured = each round's wall time at the client (`round_wall_s`: weights out, training, updates back, the "
@@ -1220,6 +1219,21 @@ def render_markdown(results: dict[str, Any]) -> str:
         "charged for and no device gets.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _calibration_line(board: dict[str, Any]) -> str:
+    """One calibration of a block as a list item: whose runs it served, its terms and cells, or why it failed."""
+    if board["devices_training"] is None:
+        beside = f"given (`--board`), {board['devices']} hosts' runs"
+    else:
+        beside = f"repeat {board['repeat']}, {board['devices_training']} hosts"
+    if "failed" in board:
+        return f"  - {beside}: failed (the last board kept): {board['failed'][-300:]}"
+    terms, gemm, cells = _board_terms(board)
+    return (
+        f"  - {beside} (`{board['profile']['name']}`): {terms}, fit residual "
+        f"{board['measurements']['fit']['relative_rms_residual']:.0%} RMS; {gemm}; cells {cells}{_stolen(board)}"
+    )
 
 
 def _stolen(doc: dict[str, Any]) -> str:

@@ -441,3 +441,20 @@ def test_the_hosts_together_over_a_host_alone_is_their_probes_means_ratio_and_a_
         bench.co_run([0.010, 0.0], [0.006])
     with pytest.raises(ValueError, match="positive seconds per step"):
         bench.co_run([], [0.006])
+
+
+def test_each_calibration_is_listed_by_the_runs_it_served_a_given_board_and_a_failed_one_said_so(bench) -> None:  # type: ignore[no-untyped-def]
+    profile = {"name": "limited20_n5_r1", "step_s": 0.0, "flops_per_s": 6e9, "reference_gflops": 15.0}
+    cells = [{"model": "mlp", "batch_size": 64, "step_s": 0.0045}]
+    board = {"profile": profile, "measurements": {"cells": cells, "fit": {"relative_rms_residual": 0.07}}}
+
+    assert bench._calibration_line({**board, "devices_training": 5, "repeat": 1}).startswith(
+        "  - repeat 1, 5 hosts (`limited20_n5_r1`): 0.00 ms per step + 6.00 GFLOP/s, fit residual 7% RMS; "
+        "sustained GEMM 15.00 GFLOP/s; cells mlp/64 4.50 ms"
+    )
+    given = bench._calibration_line({**board, "devices_training": None, "repeat": 0, "devices": 2})
+    assert given.startswith("  - given (`--board`), 2 hosts' runs (`limited20_n5_r1`)")
+    failed = {"devices_training": 2, "repeat": 2, "failed": "calibration at 0.2 cores failed: killed"}
+    assert bench._calibration_line(failed) == (
+        "  - repeat 2, 2 hosts: failed (the last board kept): calibration at 0.2 cores failed: killed"
+    )
