@@ -317,3 +317,18 @@ def test_fig5a_s_six_fold_check_says_the_paper_contradicts_it_with_its_own_ratio
     assert check.outcome == "FAILS"
     assert "P18" in check.note and "is 4.0, 4.0 (its max and min)" in check.note
     assert "on this clock 110x32 / 32x32 is 3.44x at N=1, 3.44x at N=10" in check.note
+
+
+def test_fig5a_s_six_fold_note_quotes_no_ratio_of_the_paper_s_when_its_cells_are_missing() -> None:
+    # Prepare: the paper's reference without its 110x32 cells
+    dm = pd.DataFrame([_trained(d, b, n, "device_model") for d, b in ((32, 32), (110, 32), (110, 64)) for n in (1, 10)])
+    paper = {key: value for key, value in _fig5a_paper().items() if key[0] != "110x32"}
+
+    # Execute
+    verdict, _ = judge_fig5a(dm, paper)
+
+    # Assert: the note still says why (C6) and gives this clock's ratio, but no number of the paper's own
+    [check] = [c for c in verdict.checks if "110x64 / 32x32" in c.measured]
+    assert "(P18): it says batch size leaves the time unchanged (C6)" in check.note
+    assert "its own 110x32 / 32x32" not in check.note and "fold" not in check.note
+    assert "on this clock 110x32 / 32x32 is 3.44x at N=1, 3.44x at N=10" in check.note
