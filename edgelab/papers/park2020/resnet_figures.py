@@ -207,11 +207,7 @@ def _p18_note(dm: pd.DataFrame, paper: dict[tuple[str, int], float]) -> str:
         else ""
     )
     # Without the paper's two cells at one N its own ratio is not known here: say so rather than quote one.
-    stated = (
-        f"its own 110x32 / 32x32 is {', '.join(f'{v:.1f}' for v in own)} (its max and min) and it"
-        if own
-        else "it"
-    )
+    stated = f"its own 110x32 / 32x32 is {', '.join(f'{v:.1f}' for v in own)} (its max and min) and it" if own else "it"
     return (
         f"the paper contradicts this itself (P18): {stated} says batch size leaves "
         f"the time unchanged (C6){said}; the device model charges a batch of 64 about what two of 32 cost"
