@@ -105,6 +105,7 @@ from bench_training import end_on_sigterm, host_info  # noqa: E402
 from edgelab.cluster import device_cgroups, shaped_hosts  # noqa: E402
 from edgelab.cluster.device_cluster import DeviceCluster  # noqa: E402
 from edgelab.common import machine_cpu  # noqa: E402
+from edgelab.common.errors import ConfigError  # noqa: E402
 from edgelab.common.paths import reports_dir  # noqa: E402
 from edgelab.common.results import atomic_write_text  # noqa: E402
 from edgelab.data import Dataset, load_dataset  # noqa: E402
@@ -738,6 +739,84 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: The settings two runs must share for their repeats to be pooled: the same method on the same hosts.
+METHOD_KEYS = (
+    "board",
+    "batch_size",
+    "rounds_per_run",
+    "steps_per_round_at_0.2_cores",
+    "calibration_seconds",
+    "calibration_repeats",
+    "busy_steps",
+    "link_mbit",
+    "latency_ms",
+    "memory_mb",
+    "cpu_shares",
+    "clock_topology",
+)
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    """An earlier run's results (``limited_hosts.json``), refused with the reason if they are not one."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("--pool", str(path), f"a limited_hosts.json this benchmark wrote ({exc})") from exc
+    if not isinstance(doc, dict) or not {"config", "host", "runs"} <= doc.keys():
+        raise ConfigError("--pool", str(path), "a limited_hosts.json this benchmark wrote (config, host and runs)")
+    return doc
+
+
+def pool(results: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Medians per configuration over the repeats of ``results`` and of ``earlier`` runs (by file name) of its method.
+
+    More repeats than one run's, for a verdict that a few minutes of this
+    machine's changing speed sway less; each repeat keeps its own board, so
+    nothing is fitted across runs. A run of another method is refused.
+    """
+    config = results["config"]
+    for name, doc in earlier.items():
+        for key in METHOD_KEYS:
+            if doc["config"].get(key) != config.get(key):
+                raise ConfigError(
+                    "--pool",
+                    name,
+                    f"a run of this run's method: its {key} is {doc['config'].get(key)!r}, this run's "
+                    f"{config.get(key)!r}",
+                )
+    runs = [{**row, "run": results["host"]["date_utc"]} for row in results["runs"]]
+    for doc in earlier.values():
+        runs += [{**row, "run": doc["host"]["date_utc"]} for row in doc["runs"]]
+    return {
+        "runs": [results["host"]["date_utc"], *(doc["host"]["date_utc"] for doc in earlier.values())],
+        "files": list(earlier),
+        "summary": summarize(runs),
+    }
+
+
+def _pooled_lines(pooled: dict[str, Any]) -> list[str]:
+    rows = pooled["summary"]
+    met = sum(s["within_target"] for s in rows)
+    lines = [
+        "",
+        f"## Pooled with earlier runs of the same method: within 10% in {met} of {len(rows)}",
+        "",
+        f"The repeats of the runs started {', '.join(pooled['runs'])} (UTC; this run first), each with its own board: "
+        "medians per configuration over them all.",
+        "",
+        "| devices | cores each | model | repeats | error (median) | errors over repeats | within 10% | "
+        "slowest / mean device compute |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        straggle = f"{s['device_compute_s'] / s['device_compute_mean_s']:.3f}" if s.get("device_compute_mean_s") else ""
+        lines.append(
+            f"| {s['devices']} | {s['cores']:g} | {s['model']} | {s['repeats']} | {s['error']:+.1%} | "
+            f"{s['error_min']:+.1%} .. {s['error_max']:+.1%} | {'yes' if s['within_target'] else 'no'} | {straggle} |"
+        )
+    return lines
+
+
 # ---------------------------------------------------------------- a block ----
 
 
@@ -1100,6 +1179,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{'yes' if s['within_target'] else 'no'} | {together} | {s.get('link_mbps', nan):.1f} | "
             f"{s.get('emulated_nominal_s', nan):.3f} | {s.get('error_nominal', nan):+.1%} |"
         )
+    if "pooled" in results:
+        lines += _pooled_lines(results["pooled"])
     runs = pd.DataFrame(results["runs"])
     if "pace" in runs:
         lines += [
@@ -1287,8 +1368,30 @@ def main(argv: list[str] | None = None) -> int:
         default=[*MODELS, "pipeline"],
         help="run only these kinds of configuration (default: all)",
     )
+    parser.add_argument(
+        "--pool",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="an earlier run's limited_hosts.json of the same method: its repeats pooled with this run's; may repeat",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="render (and pool) this run's limited_hosts.json instead of running one",
+    )
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
     args = parser.parse_args(argv)
+    # Earlier runs read now: a missing file stops here, not after an hour of runs.
+    earlier = {path.name if path.name != "limited_hosts.json" else str(path): load_run(path) for path in args.pool}
+    folder = args.out_dir or reports_dir() / "benchmarks"
+    if args.from_json is not None:
+        results = load_run(args.from_json)
+        results.pop("pooled", None)
+        return _write(results, earlier, folder)
     end_on_sigterm()
     try:
         points = [(int(n), float(c)) for n, c in (p.split(":") for p in args.points)]
@@ -1300,9 +1403,18 @@ def main(argv: list[str] | None = None) -> int:
     results = run_benchmark(
         points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
     )
-    folder = args.out_dir or reports_dir() / "benchmarks"
-    # The numbers first: a rendering that fails leaves them written.
+    return _write(results, earlier, folder)
+
+
+def _write(results: dict[str, Any], earlier: dict[str, dict[str, Any]], folder: Path) -> int:
+    """``limited_hosts.json`` and ``.md`` in ``folder``, pooled with ``earlier`` runs when any are given."""
+    # The numbers first: a rendering or a pooling that fails leaves them written.
     atomic_write_text(folder / "limited_hosts.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
+    if earlier:
+        results["pooled"] = pool(results, earlier)
+        atomic_write_text(
+            folder / "limited_hosts.json", json.dumps(results, indent=1, sort_keys=True, default=str) + "\n"
+        )
     md = render_markdown(results)
     atomic_write_text(folder / "limited_hosts.md", md)
     print(md)

@@ -458,3 +458,47 @@ def test_each_calibration_is_listed_by_the_runs_it_served_a_given_board_and_a_fa
     assert bench._calibration_line(failed) == (
         "  - repeat 2, 2 hosts: failed (the last board kept): calibration at 0.2 cores failed: killed"
     )
+
+
+def _run_doc(date: str, errors: dict[tuple[int, str], list[float]], **config: object) -> dict:  # type: ignore[type-arg]
+    """A run's results as the benchmark writes them, its rows reduced to what pooling reads."""
+    rows = [
+        {"devices": n, "cores": 0.2, "model": m, "repeat": r, "error": e, "measured_s": 1.0}
+        for (n, m), each in errors.items()
+        for r, e in enumerate(each)
+    ]
+    settings = {"board": "one per device count", "batch_size": 64, "rounds_per_run": 4, **config}
+    return {"config": settings, "host": {"date_utc": date}, "runs": rows}
+
+
+def test_pooled_runs_are_judged_by_the_medians_over_all_their_repeats(bench) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: one configuration misses in this run and not in the earlier; one meets in both
+    now = _run_doc("2026-12-06T10:28", {(2, "mlp"): [-0.09, -0.17, -0.16], (5, "cnn"): [0.04, -0.15, -0.06]})
+    before = _run_doc("2026-12-06T07:44", {(2, "mlp"): [0.06, 0.05, 0.08], (5, "cnn"): [0.02, 0.03, -0.06]})
+
+    # Execute
+    pooled = bench.pool(now, {"earlier.json": before})
+
+    # Assert: six repeats per configuration, each median over all six
+    two, five = pooled["summary"]
+    assert (two["model"], two["repeats"], two["error_min"], two["error_max"]) == ("mlp", 6, -0.17, 0.08)
+    assert two["error"] == pytest.approx((-0.09 + 0.05) / 2) and two["within_target"]
+    assert five["error"] == pytest.approx((-0.06 + 0.02) / 2) and five["repeats"] == 6
+    assert pooled["runs"] == ["2026-12-06T10:28", "2026-12-06T07:44"] and pooled["files"] == ["earlier.json"]
+    lines = bench._pooled_lines(pooled)
+    assert "## Pooled with earlier runs of the same method: within 10% in 2 of 2" in lines
+    assert "| 2 | 0.2 | mlp | 6 | -2.0% | -17.0% .. +8.0% | yes |  |" in lines
+
+
+def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from edgelab.common.errors import ConfigError
+
+    now = _run_doc("2026-12-06T10:28", {(2, "mlp"): [0.0]})
+    other = _run_doc("2026-12-05T20:00", {(2, "mlp"): [0.0]}, board="calibrated alone")
+    with pytest.raises(ConfigError, match=r"--pool='old.json'.*its board is 'calibrated alone'"):
+        bench.pool(now, {"old.json": other})
+    (tmp_path / "notes.json").write_text('{"runs": []}')
+    with pytest.raises(ConfigError, match="config, host and runs"):
+        bench.load_run(tmp_path / "notes.json")
+    with pytest.raises(ConfigError, match="--pool"):
+        bench.load_run(tmp_path / "missing.json")
