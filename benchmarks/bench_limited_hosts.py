@@ -767,6 +767,11 @@ def load_run(path: Path) -> dict[str, Any]:
     return doc
 
 
+def load_runs(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Earlier runs by the path given (two folders' ``limited_hosts.json`` are two runs; one path twice is one)."""
+    return {str(path): load_run(path) for path in paths}
+
+
 def pool(results: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Medians per configuration over the repeats of ``results`` and of ``earlier`` runs (by file name) of its method.
 
@@ -1386,7 +1391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=None, help="default: reports/benchmarks/")
     args = parser.parse_args(argv)
     # Earlier runs read now: a missing file stops here, not after an hour of runs.
-    earlier = {path.name if path.name != "limited_hosts.json" else str(path): load_run(path) for path in args.pool}
+    earlier = load_runs(args.pool)
     folder = args.out_dir or reports_dir() / "benchmarks"
     if args.from_json is not None:
         results = load_run(args.from_json)

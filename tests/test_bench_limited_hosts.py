@@ -502,3 +502,24 @@ def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, 
         bench.load_run(tmp_path / "notes.json")
     with pytest.raises(ConfigError, match="--pool"):
         bench.load_run(tmp_path / "missing.json")
+
+
+def test_earlier_runs_of_one_file_name_in_two_folders_are_both_pooled(bench, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    # Prepare: two runs, each written as its folder's limited_hosts.json
+    paths = []
+    for folder, error in (("morning", 0.05), ("noon", -0.15)):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "limited_hosts.json"
+        path.write_text(json.dumps(_run_doc(f"2026-12-06 {folder}", {(2, "mlp"): [error]})))
+        paths.append(path)
+
+    # Execute
+    earlier = bench.load_runs([*paths, paths[0]])
+    pooled = bench.pool(_run_doc("2026-12-06 evening", {(2, "mlp"): [0.0]}), earlier)
+
+    # Assert: both runs counted once each, with this one: three repeats
+    assert list(earlier) == [str(p) for p in paths]
+    [row] = pooled["summary"]
+    assert (row["repeats"], row["error"], row["error_min"]) == (3, 0.0, -0.15)
