@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -406,7 +407,41 @@ def test_the_hosts_beside_a_calibration_train_until_it_ends_and_the_first_host_i
         assert trained[0] >= 2 * sum(bench.BUSY_STEPS.values())
 
 
-def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and_warmed_again(
+def test_training_that_dies_beside_a_later_calibration_fails_it_and_the_last_board_is_kept(
+    bench, board: DeviceProfile, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from distributed import Client, LocalCluster
+
+    # Prepare: three workers named as hosts are, in this process; the training beside the calibration dies on
+    # each (as a worker over its memory ceiling is killed), the calibration itself succeeds
+    def dies(stop: str) -> int:
+        raise MemoryError("over the ceiling")
+
+    monkeypatch.setattr(bench, "keep_training", dies)
+    monkeypatch.setattr(bench, "calibrate_beside", lambda *args, **kwargs: tmp_path / "never-read.json")
+    with (
+        LocalCluster(n_workers=3, processes=False, threads_per_worker=1, dashboard_address="127.0.0.1:0") as local,
+        Client(local) as client,
+    ):
+        cluster = type("Cluster", (), {"client": client})()
+        hosts = type("Hosts", (), {"spec": type("Spec", (), {"device": staticmethod(lambda i: i)})()})()
+        doc = {"calibrations": []}
+        last = ({"host_sustained_gflops": 80.0}, board)
+
+        # Execute
+        kept = bench._calibrate_busy(cluster, hosts, tmp_path, 4.0, 2, 3, doc, last)
+
+        # Assert: the repeat goes on against the last board; the failure is kept, naming the host and the error;
+        # with no board yet the block ends
+        assert kept is last
+        [failed] = doc["calibrations"]
+        assert (failed["devices_training"], failed["repeat"]) == (3, 2)
+        assert "the training beside the calibration failed on 1: MemoryError('over the ceiling')" in failed["failed"]
+        with pytest.raises(RuntimeError, match="failed on 1: "):
+            bench._calibrate_busy(cluster, hosts, tmp_path, 4.0, 0, 3, doc, None)
+
+
+def test_a_later_calibration_is_preceded_by_every_hosts_worker_restarted_and_warmed_again(
     bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     # Prepare: a cluster whose client records what it is asked, hosts named as the benchmark's, and the warm-up
@@ -427,10 +462,10 @@ def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and
     monkeypatch.setattr(bench, "warm_up", lambda cluster, devices, kinds, stages: calls.append(("warm", devices)))
 
     # Execute
-    bench.fresh_first_host(Cluster(), Hosts(), 5, ("mlp",), 5)
+    bench.fresh_hosts(Cluster(), Hosts(), 3, ("mlp",), 3)
 
-    # Assert: the first host's worker only, then every device warmed as at the block's start
-    assert calls == [("restart", ["pi3b-0"]), ("warm", 5)]
+    # Assert: every host's worker, then every device warmed as at the block's start
+    assert calls == [("restart", ["pi3b-0", "pi3b-1", "pi3b-2"]), ("warm", 3)]
 
 
 def test_the_hosts_together_over_a_host_alone_is_their_probes_means_ratio_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
@@ -497,6 +532,9 @@ def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, 
     other = _run_doc("2026-12-05T20:00", {(2, "mlp"): [0.0]}, board="calibrated alone")
     with pytest.raises(ConfigError, match=r"--pool='old.json'.*its board is 'calibrated alone'"):
         bench.pool(now, {"old.json": other})
+    fresh = _run_doc("2026-12-06T14:30", {(2, "mlp"): [0.0]}, hosts_before_each_repeat=bench.HOSTS_BEFORE_EACH_REPEAT)
+    with pytest.raises(ConfigError, match=r"its hosts_before_each_repeat is None"):  # repeats on aged workers
+        bench.pool(fresh, {"kept.json": now})
     (tmp_path / "notes.json").write_text('{"runs": []}')
     with pytest.raises(ConfigError, match="config, host and runs"):
         bench.load_run(tmp_path / "notes.json")
