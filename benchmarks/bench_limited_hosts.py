@@ -14,10 +14,8 @@ emulated clock claims to predict: boards of that speed on that link.
    hosts train beside it (``others_training``): the limited hosts share this
    machine's cores and caches, and a step costs a host less CPU while its
    neighbours train than alone (``co_run``), so a board calibrated alone is
-   a slower board than the run's. Again before each repeat, every host's
-   worker restarted first (``fresh_hosts``): each repeat's runs start on fresh
-   workers, as a user's run does. The idle hosts' own CPU is measured and
-   reported.
+   a slower board than the run's. Again before each repeat. The idle hosts'
+   own CPU is measured and reported.
 2. **The real run**: synchronous data-parallel training (``edgelab.train``,
    LeNet-MLP and LeNet-CNN on MNIST, batch 64, one round per pass over each
    device's data, a few seconds of compute per round) on 2, 5 and 10 limited
@@ -149,8 +147,6 @@ PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 1536, 16, 4
 #: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (the 28 x 28 crop
 #: x 16 channels of floats, ``edgelab.models.costs.RESNET_SIDE``).
 HOP_PAYLOAD_BYTES = MICRO_BATCH * RESNET_SIDE * RESNET_SIDE * 16 * 4
-# What each repeat after the first starts on (``fresh_hosts``)
-HOSTS_BEFORE_EACH_REPEAT = "every host's worker restarted and warmed up"
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 
 
@@ -768,7 +764,6 @@ METHOD_KEYS = (
     "memory_mb",
     "cpu_shares",
     "clock_topology",
-    "hosts_before_each_repeat",
 )
 
 
@@ -908,7 +903,7 @@ def run_block(
                             # GEMM rate by up to half within the hour), so each run is judged against boards
                             # as they were minutes before, not at the block's start.
                             if r:
-                                fresh_hosts(cluster, hosts, max(devices), kinds, max(streams, default=0))
+                                fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
                             boards = {
                                 n: _calibrate_busy(cluster, hosts, Path(folder), seconds, r, n, doc, boards.get(n))
                                 for n in counts
@@ -978,28 +973,26 @@ def warm_up(cluster: DeviceCluster, devices: int, kinds: tuple[str, ...], stages
         run_pipeline(cluster, _pipeline_model(), _cifar(MICRO_BATCH * 2), n_stages=stages)
 
 
-def fresh_hosts(
+def fresh_first_host(
     cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, devices: int, kinds: tuple[str, ...], stages: int
 ) -> None:
-    """Every host's worker restarted and warmed up again, as at the block's start: each repeat on fresh workers.
+    """The first host's worker restarted and warmed up again: as it was when the block's first board was measured.
 
-    Workers that had served a repeat ran the next one slower than their boards
-    said, and most of all the MLP's. Over the two runs of 2026-12-06 that
-    restarted only the first host's worker (for the memory below), the first
-    repeats, all workers fresh, were within 10% in 6 of 6 MLP configurations (median
-    error -5.0%), 5 of 6 CNN and 4 of 4 pipeline; the second repeats in 2, 3
-    and 2 (MLP median -12.0%), the third in 1, 5 and 2 (-17.4%); at 0.1 cores
-    the MLP's steps took 0.81-0.93 ms of a device's CPU in the first repeats,
-    1.05-1.22 in the last. A user's run starts on fresh workers too. And a
-    later calibration runs beside the first host's worker, under its memory
-    ceiling: a worker that has trained and streamed holds about 900 MB, and a
-    second TensorFlow beside it then overran the 1 GiB ceiling (the kernel
-    killed the calibration once and the worker once).
+    A later calibration runs beside it, under its memory ceiling. A worker that has
+    trained and streamed holds about 900 MB, and a second TensorFlow beside it
+    then overran the 1 GiB ceiling: the kernel killed the calibration once and the
+    worker once (the calibration beside it read 3.0 GFLOP/s against 5.5 just
+    before), and the block's later runs were lost with it.
+
+    Every host's worker restarted instead (a run of 2026-12-06 14:01) did not
+    make the later repeats match their boards as the first repeats do (within
+    10% in 3 of 8 configurations and 2 of 6, against 7 of 8), and at ten hosts
+    one worker did not shut down within the restart's timeout, ending the block.
     """
     # Unthrottled meanwhile: at 0.2 cores a new worker took 50 s to import TensorFlow and register, and the
     # scheduler had closed it for missed heartbeats by then (twice in a row).
     with unthrottled(hosts):
-        cluster.client.restart_workers([hosts.spec.device(i) for i in range(devices)], timeout=RESTART_TIMEOUT_S)
+        cluster.client.restart_workers([hosts.spec.device(0)], timeout=RESTART_TIMEOUT_S)
         warm_up(cluster, devices, kinds, stages)
 
 
@@ -1162,7 +1155,6 @@ def run_benchmark(
             "pace_at_calibration": "on all the board's device count's hosts at once, the slowest",
             "board": "one per quota and device count, the run's other hosts training beside it (others_training)",
             "busy_steps": BUSY_STEPS,
-            "hosts_before_each_repeat": HOSTS_BEFORE_EACH_REPEAT,
             "host_gemm_clock": "cpu",
             "clock_topology": CLOCK.describe(),
             "target": f"|emulated / measured - 1| <= {TARGET:.0%} per configuration",
@@ -1188,9 +1180,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
         "Emulated: the board calibrated inside a cgroup of the same quota while the run's other hosts train beside "
         "it, one board per device count (`others_training`: these hosts share this machine's cores and caches), "
-        "again before each repeat (this machine's speed moves within minutes"
-        + ("; every host's worker restarted first" if c.get("hosts_before_each_repeat") else "")
-        + "), composed by `timeline.compose` "
+        "again before each repeat (this machine's speed moves within minutes), composed by `timeline.compose` "
         f"({c['clock_topology']}), each host's link at the rate it delivered in rounds of one step "
         "(`measure_link`: lower than the nominal rate with more hosts, whose links, bridge and client share this "
         "machine). Host: "

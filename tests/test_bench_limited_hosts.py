@@ -441,7 +441,7 @@ def test_training_that_dies_beside_a_later_calibration_fails_it_and_the_last_boa
             bench._calibrate_busy(cluster, hosts, tmp_path, 4.0, 0, 3, doc, None)
 
 
-def test_a_later_calibration_is_preceded_by_every_hosts_worker_restarted_and_warmed_again(
+def test_a_later_calibration_is_preceded_by_the_first_hosts_worker_restarted_and_warmed_again(
     bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     # Prepare: a cluster whose client records what it is asked, hosts named as the benchmark's, and the warm-up
@@ -462,10 +462,10 @@ def test_a_later_calibration_is_preceded_by_every_hosts_worker_restarted_and_war
     monkeypatch.setattr(bench, "warm_up", lambda cluster, devices, kinds, stages: calls.append(("warm", devices)))
 
     # Execute
-    bench.fresh_hosts(Cluster(), Hosts(), 3, ("mlp",), 3)
+    bench.fresh_first_host(Cluster(), Hosts(), 5, ("mlp",), 5)
 
-    # Assert: every host's worker, then every device warmed as at the block's start
-    assert calls == [("restart", ["pi3b-0", "pi3b-1", "pi3b-2"]), ("warm", 3)]
+    # Assert: the first host's worker only, then every device warmed as at the block's start
+    assert calls == [("restart", ["pi3b-0"]), ("warm", 5)]
 
 
 def test_the_hosts_together_over_a_host_alone_is_their_probes_means_ratio_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
@@ -532,9 +532,6 @@ def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, 
     other = _run_doc("2026-12-05T20:00", {(2, "mlp"): [0.0]}, board="calibrated alone")
     with pytest.raises(ConfigError, match=r"--pool='old.json'.*its board is 'calibrated alone'"):
         bench.pool(now, {"old.json": other})
-    fresh = _run_doc("2026-12-06T14:30", {(2, "mlp"): [0.0]}, hosts_before_each_repeat=bench.HOSTS_BEFORE_EACH_REPEAT)
-    with pytest.raises(ConfigError, match=r"its hosts_before_each_repeat is None"):  # repeats on aged workers
-        bench.pool(fresh, {"kept.json": now})
     (tmp_path / "notes.json").write_text('{"runs": []}')
     with pytest.raises(ConfigError, match="config, host and runs"):
         bench.load_run(tmp_path / "notes.json")
