@@ -784,7 +784,7 @@ def load_runs(paths: list[Path]) -> dict[str, dict[str, Any]]:
 
 
 def pool(results: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Medians per configuration over the repeats of ``results`` and of ``earlier`` runs (by file name) of its method.
+    """Medians per configuration over the repeats of ``results`` and of ``earlier`` runs (by path) of its method.
 
     More repeats than one run's, for a verdict that a few minutes of this
     machine's changing speed sway less; each repeat keeps its own board, so
