@@ -728,6 +728,8 @@ def _branches(result: StreamResult) -> list[tuple[tuple[str, str], ...]]:
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration (devices, cores, model): the median over repeats of every number, and the errors' range."""
+    if not rows:
+        return []
     table = pd.DataFrame(rows)
     out = []
     for (devices, cores, model), cell in table.groupby(["devices", "cores", "model"], sort=True):
@@ -861,12 +863,15 @@ def run_block(
     repeats: int,
     seconds: float,
     given: Path | None,
+    doc: dict[str, Any],
+    rows: list[dict[str, Any]],
     kinds: tuple[str, ...] = (*MODELS, "pipeline"),
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> None:
     """Limited hosts at ``cores`` each: a board calibrated on one of them, then the runs, interleaved.
 
     Every (model, device count) ``repeats`` times, the order reversed every other
-    repeat. Returns the board's file (with the hosts' idle CPU) and the runs.
+    repeat. Fills ``doc`` with the boards' files (and the hosts' idle CPU) and
+    appends each run to ``rows`` as it ends: a block that fails later keeps them.
     """
     spec = shaped_hosts.HostsSpec(
         devices=max(devices),
@@ -877,7 +882,6 @@ def run_block(
         memory_mb=MEMORY_MB,
         cpu_shares=SHARES,
     )
-    rows = []
     with tempfile.TemporaryDirectory(prefix="edgelab-limited-bench-") as folder:
         Path(folder).chmod(0o755)
         hosts = shaped_hosts.up(spec, folder=Path(folder), timeout_s=300)
@@ -887,7 +891,7 @@ def run_block(
                 try:
                     streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
                     warm_up(cluster, max(devices), kinds, max(streams, default=0))
-                    doc = {"idle_host_cores": idle_cores(hosts), "given": given is not None, "calibrations": []}
+                    doc.update(idle_host_cores=idle_cores(hosts), given=given is not None, calibrations=[])
                     configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
                     configs = [(m, n) for m, n in configs if m in kinds]
                     counts = sorted({n for _, n in configs})
@@ -961,7 +965,6 @@ def run_block(
                     cluster.close()
         finally:
             shaped_hosts.down(folder=Path(folder))
-    return doc, rows
 
 
 def warm_up(cluster: DeviceCluster, devices: int, kinds: tuple[str, ...], stages: int) -> None:
@@ -1120,13 +1123,20 @@ def run_benchmark(
     sampler = _LoadSampler()
     sampler.start()
     t0 = time.perf_counter()
-    boards, rows = {}, []
-    for cores in sorted({c for _, c in points}, reverse=True):
-        devices = sorted(n for n, c in points if c == cores)
-        boards[cores], block = run_block(
-            cores, devices, repeats=repeats, seconds=seconds, given=(given or {}).get(cores), kinds=kinds
-        )
-        rows += block
+    boards: dict[float, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    ended_early = None
+    try:
+        for cores in sorted({c for _, c in points}, reverse=True):
+            devices = sorted(n for n, c in points if c == cores)
+            boards[cores] = {}
+            block_given = (given or {}).get(cores)
+            run_block(
+                cores, devices, repeats=repeats, seconds=seconds, given=block_given, kinds=kinds,
+                doc=boards[cores], rows=rows,
+            )  # fmt: skip
+    except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C and SIGTERM (``end_on_sigterm``) too: the runs done count
+        ended_early = exc
     sampler.stop.set()
     host["loadavg_end"] = list(os.getloadavg())
     host["load_1min_during"] = {
@@ -1135,7 +1145,7 @@ def run_benchmark(
         "max": max(sampler.samples, default=float("nan")),
     }
     host["benchmark_wall_s"] = time.perf_counter() - t0
-    return {
+    results = {
         "config": {
             "points": [list(p) for p in points],
             "models": [m for m in (*MODELS, "pipeline") if m in kinds],
@@ -1164,6 +1174,18 @@ def run_benchmark(
         "runs": rows,
         "summary": summarize(rows),
     }
+    if ended_early is not None:
+        results["ended_early"] = f"{type(ended_early).__name__}: {ended_early}"[-2000:]
+        raise RunEndedEarly(results) from ended_early
+    return results
+
+
+class RunEndedEarly(RuntimeError):
+    """A run that failed (or was stopped) part-way: ``results`` holds what it measured before, to be written."""
+
+    def __init__(self, results: dict[str, Any]) -> None:
+        super().__init__(f"the benchmark ended early, after {len(results['runs'])} runs: {results['ended_early']}")
+        self.results = results
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -1192,6 +1214,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "link as measured (Mbit/s) | emulated, nominal link | its error |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if "ended_early" in results:
+        done = len(results["runs"])
+        lines[2:2] = [
+            f"**This run ended early** ({results['ended_early'].splitlines()[0]}): {done} runs were done, a "
+            "configuration's repeats below are those it had; the configurations after it are missing.",
+            "",
+        ]
     for s in results["summary"]:
         together = f"{s['together']:.2f}" if "together" in s else ""
         lines.append(
@@ -1301,6 +1330,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
     ]
     for cores, doc in sorted(boards.items()):
+        if "idle_host_cores" not in doc:
+            lines.append(f"- {cores} cores: the run ended before this block's board was measured")
+            continue
         message = doc.get("message")
         said = (
             f"; a stream's messages {1e3 * message['per_message_s']:.1f} ms a micro-batch and "
@@ -1422,9 +1454,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or not args.seconds > 0:
         parser.error("--repeats must be >= 1 and --seconds > 0")
     given = {float(c): Path(f) for c, f in (b.split("=", 1) for b in args.board)}
-    results = run_benchmark(
-        points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
-    )
+    try:
+        results = run_benchmark(
+            points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
+        )
+    except RunEndedEarly as early:
+        if early.results["runs"]:
+            _write(early.results, earlier, folder)
+        raise
     return _write(results, earlier, folder)
 
 

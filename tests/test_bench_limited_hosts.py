@@ -558,3 +558,56 @@ def test_earlier_runs_of_one_file_name_in_two_folders_are_both_pooled(bench, tmp
     assert list(earlier) == [str(p) for p in paths]
     [row] = pooled["summary"]
     assert (row["repeats"], row["error"], row["error_min"]) == (3, 0.0, -0.15)
+
+
+def test_a_run_that_fails_part_way_writes_the_runs_it_had_and_says_it_ended_early(
+    bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    # Prepare: the first block's board and first two runs as a committed run recorded them, then the second
+    # block failing as a worker's restart once did; no machine checks (no hosts are built)
+    committed = json.loads((Path(__file__).parents[1] / "reports/benchmarks/limited_hosts.json").read_text())
+    first = [r for r in committed["runs"] if r["cores"] == 0.2][:2]
+
+    def run_block(cores, devices, *, doc, rows, **kwargs):  # type: ignore[no-untyped-def]
+        if cores == 0.1:
+            raise TimeoutError("a worker did not shut down within 120 s")
+        doc.update(committed["boards"]["0.2"])
+        rows.extend(first)
+
+    monkeypatch.setattr(bench, "run_block", run_block)
+    monkeypatch.setattr(bench.shaped_hosts, "check_machine", lambda: None)
+    monkeypatch.setattr(bench.device_cgroups, "check_machine", lambda limits: None)
+    monkeypatch.setattr(bench, "end_on_sigterm", lambda: None)
+
+    # Execute
+    with pytest.raises(bench.RunEndedEarly, match="after 2 runs: TimeoutError: a worker did not shut down"):
+        bench.main(["--points", "2:0.2", "10:0.1", "--repeats", "1", "--out-dir", str(tmp_path)])
+
+    # Assert: the two runs and the board written, with the reason; the page says so above its table
+    written = json.loads((tmp_path / "limited_hosts.json").read_text())
+    assert [(r["model"], r["devices"], r["repeat"]) for r in written["runs"]] == [
+        (r["model"], r["devices"], r["repeat"]) for r in first
+    ]
+    assert written["ended_early"] == "TimeoutError: a worker did not shut down within 120 s"
+    assert set(written["boards"]) == {"0.2", "0.1"} and written["boards"]["0.1"] == {}
+    assert len(written["summary"]) == len({(r["model"], r["devices"]) for r in first})
+    page = (tmp_path / "limited_hosts.md").read_text().splitlines()
+    assert page[2].startswith(
+        "**This run ended early** (TimeoutError: a worker did not shut down within 120 s): 2 runs"
+    )
+
+
+def test_a_run_that_fails_before_any_run_writes_nothing(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def run_block(cores, devices, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("calibration at 0.2 cores failed")
+
+    monkeypatch.setattr(bench, "run_block", run_block)
+    monkeypatch.setattr(bench.shaped_hosts, "check_machine", lambda: None)
+    monkeypatch.setattr(bench.device_cgroups, "check_machine", lambda limits: None)
+    monkeypatch.setattr(bench, "end_on_sigterm", lambda: None)
+
+    with pytest.raises(bench.RunEndedEarly, match="after 0 runs: RuntimeError: calibration at 0.2 cores failed"):
+        bench.main(["--points", "2:0.2", "--out-dir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []
