@@ -856,6 +856,35 @@ def server_group(pids: list[int]) -> Iterator[None]:
         device_cgroups.remove(groups)
 
 
+@contextlib.contextmanager
+def limited_cluster(cores: float, devices: int, *, prefix: str) -> Iterator[tuple[DeviceCluster, Any, Path]]:
+    """``devices`` limited hosts of ``cores`` each, a client on them, and their folder; all taken down after.
+
+    The client and the scheduler run in the server group meanwhile (``server_group``).
+    """
+    spec = shaped_hosts.HostsSpec(
+        devices=devices,
+        prefix=PREFIX,
+        subnet=SUBNET,
+        rate_mbit=LINK_MBIT,
+        cpus=cores,
+        memory_mb=MEMORY_MB,
+        cpu_shares=SHARES,
+    )
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        Path(folder).chmod(0o755)
+        hosts = shaped_hosts.up(spec, folder=Path(folder), timeout_s=300)
+        try:
+            with server_group([os.getpid(), hosts.pids["scheduler"]]):
+                cluster = connect(devices, scheduler_address=hosts.scheduler_address, security=hosts.security())
+                try:
+                    yield cluster, hosts, Path(folder)
+                finally:
+                    cluster.close()
+        finally:
+            shaped_hosts.down(folder=Path(folder))
+
+
 def run_block(
     cores: float,
     devices: list[int],
@@ -873,98 +902,72 @@ def run_block(
     repeat. Fills ``doc`` with the boards' files (and the hosts' idle CPU) and
     appends each run to ``rows`` as it ends: a block that fails later keeps them.
     """
-    spec = shaped_hosts.HostsSpec(
-        devices=max(devices),
-        prefix=PREFIX,
-        subnet=SUBNET,
-        rate_mbit=LINK_MBIT,
-        cpus=cores,
-        memory_mb=MEMORY_MB,
-        cpu_shares=SHARES,
-    )
-    with tempfile.TemporaryDirectory(prefix="edgelab-limited-bench-") as folder:
-        Path(folder).chmod(0o755)
-        hosts = shaped_hosts.up(spec, folder=Path(folder), timeout_s=300)
-        try:
-            with server_group([os.getpid(), hosts.pids["scheduler"]]):
-                cluster = connect(max(devices), scheduler_address=hosts.scheduler_address, security=hosts.security())
-                try:
-                    streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
-                    warm_up(cluster, max(devices), kinds, max(streams, default=0))
-                    doc.update(idle_host_cores=idle_cores(hosts), given=given is not None, calibrations=[])
-                    configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
-                    configs = [(m, n) for m, n in configs if m in kinds]
-                    counts = sorted({n for _, n in configs})
-                    boards: dict[int, tuple[dict[str, Any], DeviceProfile]] = {}
-                    for r in range(repeats):
-                        if given is not None:
-                            boards = boards or {n: _given_board(cluster, hosts, given, seconds, n, doc) for n in counts}
-                        else:
-                            # One board per device count, calibrated on the first host with the run's others
-                            # training beside it: the limited hosts share this machine's cores and caches, and
-                            # a step costs a host less CPU with its neighbours training than alone (``co_run``).
-                            # Again before each repeat: this machine's speed moves within minutes (a VM: its
-                            # GEMM rate by up to half within the hour), so each run is judged against boards
-                            # as they were minutes before, not at the block's start.
-                            if r:
-                                fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
-                            boards = {
-                                n: _calibrate_busy(cluster, hosts, Path(folder), seconds, r, n, doc, boards.get(n))
-                                for n in counts
-                            }
-                        if r == 0:
-                            links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
-                            doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
-                            doc["message"] = measure_stream_messages(cluster, cores) if streams else None
-                        for model, n in configs if r % 2 == 0 else configs[::-1]:
-                            now, board = boards[n]
-                            cells = {
-                                c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64
-                            }
-                            # The stream clock's speed factor: this machine's sustained rate per CPU second (the
-                            # stages' CPU seconds are what it turns into the board's; a wall second here holds the
-                            # hypervisor's steal besides) over the board's, one thread.
-                            factor = now["host_sustained_gflops"] / board.reference_gflops
-                            if model == "pipeline":
-                                # The same stream on the emulated cluster (quotas lifted), whose records the
-                                # clock composes, and one micro-batch at a time there, whose stages' CPU says
-                                # how much the others busy beside them cost; then on the limited hosts, whose
-                                # wall it predicts.
-                                # The messages are priced again beside each stream, inside the quotas, the machine
-                                # as it is then.
-                                message = measure_stream_messages(cluster, cores)
-                                with unthrottled(hosts):
-                                    emulated_on = run_stream(cluster, hosts, n)["stream"]
-                                    alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
-                                done = run_stream(cluster, hosts, n)
-                                measured = compare_stream(
-                                    done["stream"], board, factor, message, host=emulated_on, alone=alone
-                                )
-                                measured |= _message_row(message)
-                            else:
-                                # The board's pace probed either side of the run, on all its hosts at once:
-                                # does the speed each host gets then, not the board's at its calibration,
-                                # account for the clock's error? And a host alone either side: how much
-                                # faster (or slower) a step is with the run's hosts all training (``co_run``),
-                                # which the board, calibrated beside them, is to have taken in.
-                                alone = [pace_on(cluster, hosts, model)]
-                                before = pace_on(cluster, hosts, model, n)
-                                done = run_config(cluster, hosts, model, n)
-                                after = pace_on(cluster, hosts, model, n)
-                                alone.append(pace_on(cluster, hosts, model))
-                                pace = paced(before, after, now["pace_s"][model])
-                                together = co_run(alone, [before, after])
-                                measured = compare(done["run"], board, cells.get(model), links[(model, n)], pace)
-                                measured["together"] = together
-                                measured |= {"pace_before_s": before, "pace_after_s": after}
-                                measured |= {"alone_before_s": alone[0], "alone_after_s": alone[1]}
-                            rows.append(_row(done, measured, cores, r))
-                            print(_progress(rows[-1]), flush=True)
-                            print("row", json.dumps(rows[-1], default=str), flush=True)  # kept if a later run fails
-                finally:
-                    cluster.close()
-        finally:
-            shaped_hosts.down(folder=Path(folder))
+    with limited_cluster(cores, max(devices), prefix="edgelab-limited-bench-") as (cluster, hosts, folder):
+        streams = [n for n in devices if n <= PIPELINE_MAX_DEVICES and "pipeline" in kinds]
+        warm_up(cluster, max(devices), kinds, max(streams, default=0))
+        doc.update(idle_host_cores=idle_cores(hosts), given=given is not None, calibrations=[])
+        configs = [(m, n) for n in devices for m in MODELS] + [("pipeline", n) for n in streams]
+        configs = [(m, n) for m, n in configs if m in kinds]
+        counts = sorted({n for _, n in configs})
+        boards: dict[int, tuple[dict[str, Any], DeviceProfile]] = {}
+        for r in range(repeats):
+            if given is not None:
+                boards = boards or {n: _given_board(cluster, hosts, given, seconds, n, doc) for n in counts}
+            else:
+                # One board per device count, calibrated on the first host with the run's others
+                # training beside it: the limited hosts share this machine's cores and caches, and
+                # a step costs a host less CPU with its neighbours training than alone (``co_run``).
+                # Again before each repeat: this machine's speed moves within minutes (a VM: its
+                # GEMM rate by up to half within the hour), so each run is judged against boards
+                # as they were minutes before, not at the block's start.
+                if r:
+                    fresh_first_host(cluster, hosts, max(devices), kinds, max(streams, default=0))
+                boards = {n: _calibrate_busy(cluster, hosts, folder, seconds, r, n, doc, boards.get(n)) for n in counts}
+            if r == 0:
+                links = {(m, n): measure_link(cluster, hosts, m, n) for m, n in configs if m != "pipeline"}
+                doc["links"] = {f"{m} x {n}": v for (m, n), v in links.items()}
+                doc["message"] = measure_stream_messages(cluster, cores) if streams else None
+            for model, n in configs if r % 2 == 0 else configs[::-1]:
+                now, board = boards[n]
+                cells = {c["model"]: c["step_s"] for c in now["measurements"]["cells"] if c["batch_size"] == 64}
+                # The stream clock's speed factor: this machine's sustained rate per CPU second (the
+                # stages' CPU seconds are what it turns into the board's; a wall second here holds the
+                # hypervisor's steal besides) over the board's, one thread.
+                factor = now["host_sustained_gflops"] / board.reference_gflops
+                if model == "pipeline":
+                    # The same stream on the emulated cluster (quotas lifted), whose records the
+                    # clock composes, and one micro-batch at a time there, whose stages' CPU says
+                    # how much the others busy beside them cost; then on the limited hosts, whose
+                    # wall it predicts.
+                    # The messages are priced again beside each stream, inside the quotas, the machine
+                    # as it is then.
+                    message = measure_stream_messages(cluster, cores)
+                    with unthrottled(hosts):
+                        emulated_on = run_stream(cluster, hosts, n)["stream"]
+                        alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
+                    done = run_stream(cluster, hosts, n)
+                    measured = compare_stream(done["stream"], board, factor, message, host=emulated_on, alone=alone)
+                    measured |= _message_row(message)
+                else:
+                    # The board's pace probed either side of the run, on all its hosts at once:
+                    # does the speed each host gets then, not the board's at its calibration,
+                    # account for the clock's error? And a host alone either side: how much
+                    # faster (or slower) a step is with the run's hosts all training (``co_run``),
+                    # which the board, calibrated beside them, is to have taken in.
+                    alone = [pace_on(cluster, hosts, model)]
+                    before = pace_on(cluster, hosts, model, n)
+                    done = run_config(cluster, hosts, model, n)
+                    after = pace_on(cluster, hosts, model, n)
+                    alone.append(pace_on(cluster, hosts, model))
+                    pace = paced(before, after, now["pace_s"][model])
+                    together = co_run(alone, [before, after])
+                    measured = compare(done["run"], board, cells.get(model), links[(model, n)], pace)
+                    measured["together"] = together
+                    measured |= {"pace_before_s": before, "pace_after_s": after}
+                    measured |= {"alone_before_s": alone[0], "alone_after_s": alone[1]}
+                rows.append(_row(done, measured, cores, r))
+                print(_progress(rows[-1]), flush=True)
+                print("row", json.dumps(rows[-1], default=str), flush=True)  # kept if a later run fails
 
 
 def warm_up(cluster: DeviceCluster, devices: int, kinds: tuple[str, ...], stages: int) -> None:
@@ -1397,14 +1400,24 @@ def _board_terms(doc: dict[str, Any]) -> tuple[str, str, str]:
     return terms, gemm, cells
 
 
+def point(text: str) -> tuple[int, float]:
+    """A ``devices:cores`` pair from the command line, such as ``5:0.2``."""
+    try:
+        n, c = text.split(":")
+        return int(n), float(c)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes devices:cores pairs such as 5:0.2, not {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--points",
         nargs="+",
-        default=[f"{n}:{c:g}" for n, c in POINTS],
-        help="devices:cores-each points (default %(default)s); at most the machine's cores in all is advisable",
+        type=point,
+        default=list(POINTS),
+        help="devices:cores-each points (default: 2:0.2 5:0.2 10:0.1); at most the machine's cores in all is advisable",
     )
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration (default 3)")
     parser.add_argument("--seconds", type=float, default=4.0, help="calibration window length (default 4)")
@@ -1447,16 +1460,12 @@ def main(argv: list[str] | None = None) -> int:
         results.pop("pooled", None)
         return _write(results, earlier, folder)
     end_on_sigterm()
-    try:
-        points = [(int(n), float(c)) for n, c in (p.split(":") for p in args.points)]
-    except ValueError:
-        parser.error(f"--points takes devices:cores pairs such as 5:0.2, not {args.points}")
     if args.repeats < 1 or not args.seconds > 0:
         parser.error("--repeats must be >= 1 and --seconds > 0")
     given = {float(c): Path(f) for c, f in (b.split("=", 1) for b in args.board)}
     try:
         results = run_benchmark(
-            points=points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
+            points=args.points, repeats=args.repeats, seconds=args.seconds, given=given, kinds=tuple(args.only)
         )
     except RunEndedEarly as early:
         if early.results["runs"]:

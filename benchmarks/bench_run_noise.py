@@ -22,46 +22,35 @@ results go to ``reports/benchmarks/run_noise.{json,md}``.
 
 from __future__ import annotations
 
-import os
-import sys
-
-from bench_training import THREAD_CAP
-
-if "tensorflow" not in sys.modules:
-    os.environ.update(THREAD_CAP)
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
-import argparse  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from bench_limited_hosts import (  # noqa: E402
+# First: importing it caps TensorFlow's threads in this process's environment, before anything imports TensorFlow.
+from bench_limited_hosts import (  # isort: skip
     LINK_MBIT,
     MEMORY_MB,
     MODELS,
-    PREFIX,
     SHARES,
-    SUBNET,
     TARGET,
+    limited_cluster,
+    point,
     run_config,
-    server_group,
     steps_per_round,
     warm_up,
 )
-from bench_training import end_on_sigterm, host_info  # noqa: E402
 
-from edgelab.cluster import device_cgroups, shaped_hosts  # noqa: E402
-from edgelab.common.paths import reports_dir  # noqa: E402
-from edgelab.common.results import atomic_write_text  # noqa: E402
-from edgelab.emulation.profiles import sustained_gflops  # noqa: E402
-from edgelab.runtime.devices import connect  # noqa: E402
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_training import end_on_sigterm, host_info
+
+from edgelab.cluster import device_cgroups, shaped_hosts
+from edgelab.common.paths import reports_dir
+from edgelab.common.results import atomic_write_text
+from edgelab.emulation.profiles import sustained_gflops
 
 POINTS = ((2, 0.2), (10, 0.1))  # the limited-hosts benchmark's smallest and largest
 
@@ -135,35 +124,13 @@ def run_row(done: dict[str, Any], cores: float, run: int) -> dict[str, Any]:
 
 def run_point(devices: int, cores: float, models: tuple[str, ...], runs: int) -> list[dict[str, Any]]:
     """``runs`` runs of each model on ``devices`` hosts of ``cores`` each, back to back, the models alternating."""
-    spec = shaped_hosts.HostsSpec(
-        devices=devices,
-        prefix=PREFIX,
-        subnet=SUBNET,
-        rate_mbit=LINK_MBIT,
-        cpus=cores,
-        memory_mb=MEMORY_MB,
-        cpu_shares=SHARES,
-    )
     rows = []
-    with tempfile.TemporaryDirectory(prefix="edgelab-run-noise-") as folder:
-        Path(folder).chmod(0o755)
-        hosts = shaped_hosts.up(spec, folder=Path(folder), timeout_s=300)
-        try:
-            with server_group([os.getpid(), hosts.pids["scheduler"]]):
-                cluster = connect(devices, scheduler_address=hosts.scheduler_address, security=hosts.security())
-                try:
-                    warm_up(cluster, devices, models, 0)
-                    for r in range(runs):
-                        for model in models if r % 2 == 0 else models[::-1]:
-                            rows.append(run_row(run_config(cluster, hosts, model, devices), cores, r))
-                            row = rows[-1]
-                            print(
-                                f"{devices} x {cores:g} {model} run {r}: {row['measured_s']:.3f} s a round", flush=True
-                            )
-                finally:
-                    cluster.close()
-        finally:
-            shaped_hosts.down(folder=Path(folder))
+    with limited_cluster(cores, devices, prefix="edgelab-run-noise-") as (cluster, hosts, _):
+        warm_up(cluster, devices, models, 0)
+        for r in range(runs):
+            for model in models if r % 2 == 0 else models[::-1]:
+                rows.append(run_row(run_config(cluster, hosts, model, devices), cores, r))
+                print(f"{devices} x {cores:g} {model} run {r}: {rows[-1]['measured_s']:.3f} s a round", flush=True)
     return rows
 
 
@@ -269,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--points",
         nargs="+",
-        default=[f"{n}:{c:g}" for n, c in POINTS],
-        help="devices:cores-each points (default %(default)s)",
+        type=point,
+        default=list(POINTS),
+        help="devices:cores-each points (default: 2:0.2 10:0.1)",
     )
     parser.add_argument("--runs", type=int, default=6, help="runs of each model at each point, at least 6 (default 6)")
     parser.add_argument("--only", nargs="+", choices=MODELS, default=list(MODELS), help="models (default: both)")
@@ -286,10 +254,6 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.from_json.read_text())
         results["summary"] = summarize(results["runs"])
         return _write(results, folder)
-    try:
-        points = [(int(n), float(c)) for n, c in (p.split(":") for p in args.points)]
-    except ValueError:
-        parser.error(f"--points takes devices:cores pairs such as 5:0.2, not {args.points}")
     if args.runs < 6:
         parser.error(f"--runs must be at least 6 (three disjoint pairs of runs), not {args.runs}")
     if args.gemm_windows < 3 or not args.gemm_seconds > 0:
@@ -298,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     end_on_sigterm()
     results = run_benchmark(
-        points=points, models=tuple(args.only), runs=args.runs, gemm_windows=args.gemm_windows, gemm_s=args.gemm_seconds
+        points=args.points,
+        models=tuple(args.only),
+        runs=args.runs,
+        gemm_windows=args.gemm_windows,
+        gemm_s=args.gemm_seconds,
     )
     return _write(results, folder)
 

@@ -76,7 +76,7 @@ def test_a_run_s_row_takes_its_rounds_from_the_client_and_its_devices_from_their
     ("argv", "said"),
     [
         (["--runs", "5"], "--runs must be at least 6"),
-        (["--points", "2x0.2"], "--points takes devices:cores pairs"),
+        (["--points", "2x0.2"], "argument --points: takes devices:cores pairs such as 5:0.2, not '2x0.2'"),
         (["--gemm-windows", "1"], "--gemm-windows must be >= 3"),
     ],
 )
