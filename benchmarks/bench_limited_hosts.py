@@ -746,6 +746,9 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 **numbers,
                 "error_min": float(cell["error"].min()),
                 "error_max": float(cell["error"].max()),
+                # The mean and its standard error beside the median: how far the verdict's own noise reaches.
+                "error_mean": float(cell["error"].mean()),
+                "error_sem": float(cell["error"].std(ddof=1) / len(cell) ** 0.5) if len(cell) > 1 else float("nan"),
                 "within_target": bool(abs(numbers["error"]) <= TARGET),
             }
         )
@@ -823,14 +826,17 @@ def _pooled_lines(pooled: dict[str, Any]) -> list[str]:
         "medians per configuration over them all.",
         "",
         "| devices | cores each | model | repeats | error (median) | errors over repeats | within 10% | "
-        "slowest / mean device compute |",
-        "|---|---|---|---|---|---|---|---|",
+        "mean error ± its standard error | slowest / mean device compute |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in rows:
         straggle = f"{s['device_compute_s'] / s['device_compute_mean_s']:.3f}" if s.get("device_compute_mean_s") else ""
+        sem = s.get("error_sem", float("nan"))
+        mean = f"{s['error_mean']:+.1%} ± {sem:.1%}" if sem == sem else ""
         lines.append(
             f"| {s['devices']} | {s['cores']:g} | {s['model']} | {s['repeats']} | {s['error']:+.1%} | "
-            f"{s['error_min']:+.1%} .. {s['error_max']:+.1%} | {'yes' if s['within_target'] else 'no'} | {straggle} |"
+            f"{s['error_min']:+.1%} .. {s['error_max']:+.1%} | {'yes' if s['within_target'] else 'no'} | {mean} | "
+            f"{straggle} |"
         )
     return lines
 

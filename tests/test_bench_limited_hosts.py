@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -156,6 +157,9 @@ def test_each_configuration_is_summarized_by_its_medians_and_judged_against_the_
     [two, five] = bench.summarize(rows)
     assert (two["devices"], two["repeats"], two["measured_s"], two["error"]) == (2, 3, 1.0, 0.0)
     assert (two["error_min"], two["error_max"], two["within_target"]) == (-0.09, 0.25, True)
+    assert two["error_mean"] == pytest.approx(0.16 / 3)
+    assert two["error_sem"] == pytest.approx(statistics.stdev([0.0, -0.09, 0.25]) / 3**0.5)
+    assert five["error_sem"] != five["error_sem"]  # one repeat: no standard error (NaN)
     assert two["cores_in_all"] == pytest.approx(0.4)
     assert five["within_target"] is False and "emulated_s" not in five  # a column it lacks is left out
 
@@ -522,7 +526,8 @@ def test_pooled_runs_are_judged_by_the_medians_over_all_their_repeats(bench) -> 
     assert pooled["runs"] == ["2026-12-06T10:28", "2026-12-06T07:44"] and pooled["files"] == ["earlier.json"]
     lines = bench._pooled_lines(pooled)
     assert "## Pooled with earlier runs of the same method: within 10% in 2 of 2" in lines
-    assert "| 2 | 0.2 | mlp | 6 | -2.0% | -17.0% .. +8.0% | yes |  |" in lines
+    # the mean -3.8%, the sample sd 11.5%, over the square root of six: 4.7%
+    assert "| 2 | 0.2 | mlp | 6 | -2.0% | -17.0% .. +8.0% | yes | -3.8% ± 4.7% |  |" in lines
 
 
 def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, tmp_path) -> None:  # type: ignore[no-untyped-def]
