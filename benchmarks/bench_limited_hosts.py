@@ -748,7 +748,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "error_max": float(cell["error"].max()),
                 # The mean and its standard error beside the median: how far the verdict's own noise reaches.
                 "error_mean": float(cell["error"].mean()),
-                "error_sem": float(cell["error"].std(ddof=1) / len(cell) ** 0.5) if len(cell) > 1 else float("nan"),
+                "error_sem": float(cell["error"].sem()),  # NaN for one repeat
                 "within_target": bool(abs(numbers["error"]) <= TARGET),
             }
         )
