@@ -18,7 +18,7 @@ from edgelab.emulation.profiles import get_profile
 from edgelab.models.costs import parameter_count, weight_count
 from edgelab.papers.park2020 import diagrams
 from edgelab.papers.park2020 import sync_async_figures as fig3
-from edgelab.papers.park2020.sync_async import AsyncSummary
+from edgelab.papers.park2020.sync_async import AsyncSummary, measurements, run_facts
 from edgelab.report.manifest import STATUSES
 from edgelab.report.verdict import Verdict
 from edgelab.training.config import TrainConfig
@@ -34,7 +34,7 @@ def _row(
     row |= {"mean_device_s": seconds, "scale": 1.0, "accuracy": accuracy, "updates": 100}
     row |= {"staleness_mean": 0.0 if strategy == "ps_sync" else 4.5, "staleness_max": 0 if strategy == "ps_sync" else 9}
     row |= {"repeat": repeat, "seed": repeat, "dataset": "mnist" if model == "cnn" else "cifar10"}
-    row |= {"worker_data": "full" if model == "cnn" else "shard"}
+    row |= {"worker_data": "full" if model == "cnn" else "shard", "loss": 0.4, "collapsed": False}
     return row | {"n_train": n_train} | rest
 
 
@@ -229,3 +229,23 @@ def test_ratios_and_targets_in_the_csv(tmp_path: Path, method: str) -> None:
     assert "sync_minus_async_s" in set(measured["metric"])
     assert (table["series"] == "paper (derived)").any()
     assert "Staleness per update" in (tmp_path / "park2020" / "fig3a.md").read_text()
+
+
+def test_run_facts_check_a_collapsed_models_accuracy_as_collapsed_and_show_its_number_unchecked() -> None:
+    # Prepare: the asynchronous LeNet answers one class (its share of the tests decided by the last bits)
+    runs = pd.DataFrame(
+        [
+            _row("cnn", "ps_sync", 2600.0, 0.874, loss=0.376),
+            _row("cnn", "ps_async", 1600.0, 0.092, loss=183.7, collapsed=True),
+        ]
+    )
+
+    # Execute
+    facts = run_facts(_summary(runs)).splitlines()
+    shown = measurements(_summary(runs))[0]
+
+    # Assert: the checked table names the collapse, keeps the other accuracies; the unchecked one has the numbers
+    assert facts[0].split()[-1] == "accuracy"
+    assert [line.split()[-1] for line in facts[1:]] == ["0.874", "collapsed", "0.600"]
+    assert shown["accuracy"].tolist() == [0.874, 0.092, 0.6]
+    assert shown["loss"].tolist() == [0.376, 183.7, 0.4]
