@@ -604,6 +604,12 @@ def compare(
         "mb_per_device_round": float((records["bytes_received"] + records["bytes_sent"]).mean() / 1e6),
         "emulated_nominal_s": float(nominal["round_s"].mean()),
         "link_mbps": board.link_mbps,
+        # Each device's own task walls round by round and its CPU per step: which device straggles, and
+        # whether it did more work a step (its CPU) or got less of the machine (its wall alone).
+        "device_walls_s": {
+            d: [float(w) for w in g["wall_s"]] for d, g in records.sort_values("round").groupby("device")
+        },
+        "device_cpu_ms_per_step_each": {d: float(1e3 * v.median()) for d, v in per_step.groupby(records["device"])},
     }
     out["measured_rest_s"] = out["measured_s"] - out["device_compute_s"]
     out["error"] = out["emulated_s"] / out["measured_s"] - 1

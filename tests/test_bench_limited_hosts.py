@@ -65,7 +65,7 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
             "steps": [100] * 4,
             "samples": [6400] * 4,
             "cpu_s": [1.0] * 4,
-            "wall_s": [2.0, 2.5, 2.0, 2.5],
+            "wall_s": [2.0, 2.5, 1.5, 2.5],
             "bytes_received": [1_000_000, 2_000_000, 1_000_000, 2_000_000],
             "bytes_sent": [1_000_000] * 4,
             "round_wall_s": [4.0, 4.0, 6.0, 6.0],
@@ -85,6 +85,9 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     assert out["device_compute_s"] == pytest.approx(2.5)  # the slower device
     assert out["device_cpu_ms_per_step"] == pytest.approx(10.0)  # 1 s of task CPU over 100 steps
     assert out["measured_rest_s"] == pytest.approx(2.5)
+    # each device's walls round by round and its CPU per step: the straggler named
+    assert out["device_walls_s"] == {"b-0": [2.0, 1.5], "b-1": [2.5, 2.5]}
+    assert out["device_cpu_ms_per_step_each"] == {"b-0": pytest.approx(10.0), "b-1": pytest.approx(10.0)}
     assert out["server_s"] == pytest.approx(0.02)
     assert out["error"] == pytest.approx((compute + 3.0) / 5.0 - 1)
     # the diagnostic clock: each step as the board's own timed cell, 2 ms
