@@ -447,8 +447,9 @@ def run_facts(summary: AsyncSummary) -> str:
     asynchronous LeNet-CNN (diverged, as the paper's, ``park2020/C19``) and all three 2-batch ResNets (their
     batch-norm statistics still the initial ones) collapse; their accuracies read 0.092 with oneDNN's AVX2
     kernels and 0.130 with AVX-512 ones (the LeNet), and 0.094 and once 0.090 (the synchronous ResNet, in a
-    CI run, with AVX2; not seen again here in 25 runs: alone, under load, three at once, or with a device killed
-    in each phase). Every other value is checked as it is: the suite holds oneDNN at AVX2
+    CI run, with AVX2; not seen again here, an AMD EPYC, in 25 runs: alone, under load, three at once, or with a
+    device killed in each phase; oneDNN also sizes its kernels' blocks by the CPU's caches, and the CI host's CPU
+    is not known here). Every other value is checked as it is: the suite holds oneDNN at AVX2
     (``conftest.py``), and ``notebooks/record.py`` records the checked outputs under that cap.
     """
     columns = ["model", "strategy", "devices", "progress_run", "updates", "staleness_mean", "staleness_max"]
