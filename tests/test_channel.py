@@ -7,6 +7,7 @@ loopback; the integration tests run real rounds on a two-device cluster
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -618,6 +619,36 @@ def test_rounds_on_channels_equal_rounds_on_dasks_comms_bit_for_bit(
         columns += ["peer_bytes_sent", "peer_bytes_received", "peer_messages_sent"]
     assert on_channels.records[columns].equals(on_dask.records[columns])
     assert on_channels.progress.equals(on_dask.progress)
+
+
+def _open_connections(dask_worker: Any) -> int:
+    channel = dask_worker.plugins[PLUGIN_NAME].channel
+    return 0 if channel is None else len(channel._connections)
+
+
+@pytest.mark.integration
+def test_a_finished_run_leaves_no_channel_open_on_its_devices(cluster: DeviceCluster, dataset: Dataset) -> None:
+    # Prepare: no cycle collection meanwhile (a run and its fleet hold each other: only the collector frees them);
+    # what is open after one run (the peers' connections of earlier all-reduce runs stay, by design) is the mark
+    cfg = TrainConfig(model="mlp", n_devices=2, worker_data="shard", batch_size=25)
+    data = dataset.limited(sample_limit=100)
+    gc.disable()
+    try:
+        train(cluster, data, cfg, log=lambda _: None)
+        time.sleep(0.5)  # the devices' ends see the close
+        mark = sum(cluster.client.run(_open_connections).values())
+        before = cluster.client.run(_channel_state)
+
+        # Execute: two more runs, each opening a channel to every device
+        for _ in range(2):
+            train(cluster, data, cfg, log=lambda _: None)
+
+        # Assert: the runs came on channels, and each device's end of them closed once its run ended
+        after = cluster.client.run(_channel_state)
+        assert all(after[w][1] > before[w][1] for w in after)
+        assert _wait_for(lambda: sum(cluster.client.run(_open_connections).values()) <= mark)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.integration

@@ -181,9 +181,12 @@ def stream(
         cluster, placement.devices, run.prepare, kills=schedule, restart_wait_s=restart_wait_s, log=log
     )
     run.fleet = fleet
-    fleet.attempt("stream", 0, run.stream_all)
-    wall_s = run.t_last - run.t0
-    fleet.attempt("release", 0, lambda: fleet.run(placement.devices, worker.release_run, run.run_id), prepare=False)
+    try:
+        fleet.attempt("stream", 0, run.stream_all)
+        wall_s = run.t_last - run.t0
+        fleet.attempt("release", 0, lambda: fleet.run(placement.devices, worker.release_run, run.run_id), prepare=False)
+    finally:
+        fleet.close()
     return run.result(wall_s)
 
 

@@ -208,17 +208,20 @@ def train_pipelined(
     run = _Pipelined(chain, models, uuid.uuid4().hex[:12], x, y, how)
     fleet = run.fleet = Fleet.for_cluster(cluster, placed, run.prepare, log=log)
     t0 = time.time()
-    if how.schedule == "gpipe":
-        for step in range(steps):
-            work = _micro_batches(step, step + 1, how.batch_size, how.micro_batches)
-            fleet.attempt("train", step, partial(run.passes, work))
-    else:  # one stream, no flush: a lost device could not be recovered mid-stream anyway
-        work = _micro_batches(0, steps, how.batch_size, how.micro_batches)
-        fleet.attempt("train", 0, partial(run.passes, work))
-    wall_s = time.time() - t0
-    # Inside an attempt, a device lost now is reported as the lost stage it is, not as Dask's error.
-    weights = fleet.attempt("weights", 0, run.weights)
-    fleet.attempt("release", 0, lambda: fleet.run(placed, worker.release_run, run.run_id), prepare=False)
+    try:
+        if how.schedule == "gpipe":
+            for step in range(steps):
+                work = _micro_batches(step, step + 1, how.batch_size, how.micro_batches)
+                fleet.attempt("train", step, partial(run.passes, work))
+        else:  # one stream, no flush: a lost device could not be recovered mid-stream anyway
+            work = _micro_batches(0, steps, how.batch_size, how.micro_batches)
+            fleet.attempt("train", 0, partial(run.passes, work))
+        wall_s = time.time() - t0
+        # Inside an attempt, a device lost now is reported as the lost stage it is, not as Dask's error.
+        weights = fleet.attempt("weights", 0, run.weights)
+        fleet.attempt("release", 0, lambda: fleet.run(placed, worker.release_run, run.run_id), prepare=False)
+    finally:
+        fleet.close()
     measured = pd.DataFrame(run.records)
     if not measured.empty:
         measured["t_start"] -= t0

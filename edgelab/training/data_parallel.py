@@ -436,6 +436,7 @@ class _Run:
             s.cluster.client.run(runtime.release, s.run_id, on_error="ignore")
             if s.hosts:
                 s.cluster.client.run(virtual_host.release_devices, s.run_id, on_error="ignore")
+            self.fleet.close()
         return self.result(weights, train_wall, need, topology)
 
     def initial_weights(self) -> list[np.ndarray]:
