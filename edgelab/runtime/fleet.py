@@ -216,7 +216,7 @@ class Fleet:
         self._blocking = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgelab-fleet")
         # Released by ``close``, or when the fleet is collected: a run that holds its fleet (and is held by it,
         # through ``prepare``) is collected only by the cycle collector, and until then each device kept a
-        # thread serving the run's idle channel (a host's worker grew 11 -> 22 threads over a benchmark block).
+        # thread serving the run's idle channel (likely why a host's worker grew 11 -> 22 threads over a block).
         self._releases = [weakref.finalize(self, self._blocking.shutdown, wait=False)]
         self.channels: Channels | None = None
         if os.environ.get(CHANNELS_ENV, "1") != "0":
