@@ -6,10 +6,10 @@ held to a real fraction of a core and a real memory ceiling by cgroup v1
 groups (``HostsSpec(cpus=..., memory_mb=...)``). So the run here is what the
 emulated clock claims to predict: boards of that speed on that link.
 
-1. **The board**: ``edgelab calibrate`` run inside the first limited host's
-   groups, beside that host's idle worker and nanny (which share the quota
-   with the training as they share it with the calibration), its two
-   device-model terms (seconds per step, FLOP rate) fitted on its own timings;
+1. **The board**: ``edgelab calibrate``'s measurement run as a task on the
+   first limited host's own worker (``calibrate_on_first_host``), inside its
+   quota and memory ceiling, in the process that trains; its device-model
+   terms fitted on its own timings;
    one board per CPU quota and device count, calibrated while the run's other
    hosts train beside it (``others_training``): the limited hosts share this
    machine's cores and caches, and a step costs a host less CPU while its
@@ -89,7 +89,6 @@ import contextlib  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -153,30 +152,49 @@ CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 # ------------------------------------------------------------- the board ----
 
 
-def calibrate_beside(
-    hosts: shaped_hosts.ShapedHosts, folder: Path, *, seconds: float, repeats: int, suffix: str = ""
+def calibrate_on_first_host(
+    cluster: DeviceCluster,
+    hosts: shaped_hosts.ShapedHosts,
+    folder: Path,
+    *,
+    seconds: float,
+    repeats: int,
+    suffix: str = "",
 ) -> Path:
-    """``edgelab calibrate`` run inside the first device's groups, beside its idle worker; the board's profile file.
+    """``edgelab calibrate``'s measurement run as a task on the first device's own worker; the board's profile file.
 
-    The host as it serves: its worker and nanny, idle, share the quota with the
-    calibration as they share it with the training, and its memory ceiling: a
-    board calibrated in the CPU groups alone read 15% faster (speed factor 5.3-5.4
-    against 6.2) and the streams' clock then ran 8-22% fast. Beside a worker that
-    has trained and streamed (951 MB at its peak) a second TensorFlow may not fit
-    under the ceiling (1 GiB: the kernel killed it); the caller keeps its last
+    The steps are timed in the process that trains, inside its quota and its
+    memory ceiling, beside its event loop and heartbeats. Calibrated in a process
+    of its own beside the idle worker instead (until 2026-12-07), a 10-host
+    MLP run's devices spent 10-20% more CPU a step than the board (1.04-1.24 ms
+    against about 0.94), while steps timed in the first host's worker between
+    the runs came within 3-6% of the runs'. Run in the worker, no second
+    TensorFlow shares the 1 GiB ceiling (one was killed there once). A task that
+    fails, its worker with it, raises ``RuntimeError``: the caller keeps its last
     board then. ``suffix`` names each calibration of the same hosts apart.
     """
+    from edgelab.emulation.profiles import save_board
+    from edgelab.runtime.board_calibration import calibrate_board
+
     cores = hosts.spec.cpus or 1.0
     name = f"limited{round(cores * 100)}{suffix}"
-    out = folder / f"{name}.json"
-    command = [sys.executable, "-m", "edgelab.cli", "calibrate", name, "--out", str(out)]
-    command += ["--seconds", str(seconds), "--repeats", str(repeats)]
-    command += ["--link-mbps", str(LINK_MBIT), "--latency-ms", str(LATENCY_MS)]
-    groups = hosts.cgroups[hosts.spec.device(0)]
-    done = subprocess.run(device_cgroups.enter_command(groups, command), capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"calibration at {cores} cores failed:\n{done.stderr[-3000:]}")
-    return out
+    options = {"seconds": seconds, "repeats": repeats, "link_mbps": LINK_MBIT, "latency_ms": LATENCY_MS}
+    task = cluster.client.submit(
+        calibrate_board,
+        name,
+        **options,
+        in_process=True,
+        workers=[hosts.spec.device(0)],
+        allow_other_workers=False,
+        pure=False,
+    )
+    try:
+        profile, measurements = task.result()
+    except Exception as exc:  # the measurement's own error, or Dask's that the worker died
+        raise RuntimeError(f"calibration at {cores} cores failed on {hosts.spec.device(0)}: {exc!r}") from exc
+    finally:
+        task.release()
+    return save_board(profile, folder / f"{name}.json", measurements)
 
 
 @contextlib.contextmanager
@@ -1034,8 +1052,8 @@ def _calibrate_busy(
     """
     try:
         with others_training(cluster, hosts, devices) as trained:
-            path = calibrate_beside(
-                hosts, folder, seconds=seconds, repeats=CALIBRATION_REPEATS, suffix=f"_n{devices}_r{repeat}"
+            path = calibrate_on_first_host(
+                cluster, hosts, folder, seconds=seconds, repeats=CALIBRATION_REPEATS, suffix=f"_n{devices}_r{repeat}"
             )
     except RuntimeError as exc:
         if last is None:

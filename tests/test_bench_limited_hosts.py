@@ -363,7 +363,7 @@ def test_a_later_calibration_that_fails_keeps_the_last_board_and_says_why_and_a_
     def killed(*args: object, **kwargs: object) -> None:
         raise RuntimeError("calibration at 0.2 cores failed: the timed training steps failed")
 
-    monkeypatch.setattr(bench, "calibrate_beside", killed)
+    monkeypatch.setattr(bench, "calibrate_on_first_host", killed)
     monkeypatch.setattr(bench, "others_training", lambda cluster, hosts, devices: contextlib.nullcontext([0]))
     doc = {"calibrations": []}
     last = ({"host_sustained_gflops": 80.0}, board)
@@ -425,7 +425,7 @@ def test_training_that_dies_beside_a_later_calibration_fails_it_and_the_last_boa
         raise MemoryError("over the ceiling")
 
     monkeypatch.setattr(bench, "keep_training", dies)
-    monkeypatch.setattr(bench, "calibrate_beside", lambda *args, **kwargs: tmp_path / "never-read.json")
+    monkeypatch.setattr(bench, "calibrate_on_first_host", lambda *args, **kwargs: tmp_path / "never-read.json")
     with (
         LocalCluster(n_workers=3, processes=False, threads_per_worker=1, dashboard_address="127.0.0.1:0") as local,
         Client(local) as client,

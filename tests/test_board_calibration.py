@@ -200,6 +200,31 @@ def test_calibrate_measures_this_host_and_its_profile_trains_on_a_cluster(tmp_pa
         PROFILES.pop("thishost", None)
 
 
+def test_a_calibration_run_on_a_worker_times_the_steps_in_the_worker_s_own_process() -> None:
+    from distributed import Client, LocalCluster
+
+    # Prepare: one worker process of its own, its TensorFlow with one thread per pool as a device worker's
+    with (
+        LocalCluster(
+            n_workers=1, processes=True, threads_per_worker=1, dashboard_address="127.0.0.1:0", env=bc.WORKER_THREADS
+        ) as local,
+        Client(local) as client,
+    ):
+        (worker_pid,) = client.run(os.getpid).values()
+
+        # Execute: the measurement as a task on that worker, timed where it runs
+        task = client.submit(bc.calibrate_board, "onworker", seconds=0.2, repeats=1, in_process=True, pure=False)
+        profile, measurements = task.result(timeout=300)
+
+    # Assert: timed in the worker (not a child of it, not this process), with the worker's threads; a board
+    timed_in = measurements["timed_in"]
+    assert timed_in["pid"] == worker_pid != os.getpid()
+    assert timed_in["process"] == "this one"
+    assert timed_in["threads"] == bc.WORKER_THREADS
+    assert profile.name == "onworker" and profile.flops_per_s > 0
+    assert [(c["model"], c["batch_size"]) for c in measurements["cells"]] == list(bc.CELLS)
+
+
 @pytest.mark.parametrize(("steal", "warned"), [(0.2, True), (0.01, False)])
 def test_calibrate_says_when_the_hypervisor_took_the_machine_s_cpu_meanwhile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], steal: float, warned: bool

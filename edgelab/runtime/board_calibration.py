@@ -76,6 +76,7 @@ def calibrate_board(
     repeats: int = 3,
     link_mbps: float = 1000.0,
     latency_ms: float = 0.2,
+    in_process: bool = False,
 ) -> tuple[DeviceProfile, dict[str, Any]]:
     """Measure this machine as a board named ``name``: its profile, and the measurements behind it.
 
@@ -89,6 +90,11 @@ def calibrate_board(
         Timed windows per cell; the median is kept.
     link_mbps, latency_ms
         The board's link, as given (a link has two ends: one board cannot time it).
+    in_process
+        Time the steps in this process instead of a child: for a call that runs
+        as a task on a device's own worker, whose TensorFlow already has a
+        worker's threads, so the board is timed in the process that will train
+        (its event loop, its heartbeats and its memory beside the steps).
     """
     check_board_name(name)
     checks.number("seconds", seconds, above=0)
@@ -97,7 +103,7 @@ def calibrate_board(
     checks.number("latency_ms", latency_ms, at_least=0)
     limits = resource_limits()
     before = machine_cpu.read()
-    steps = _timed_steps(seconds, repeats)
+    steps = _time_cells(seconds, repeats) if in_process else _timed_steps(seconds, repeats)
     # On a virtual machine the hypervisor may take some of its cores meanwhile: a slower board, at that hour.
     machine = machine_cpu.shares(before, machine_cpu.read())
     terms = fit_terms(steps)
@@ -137,6 +143,7 @@ def calibrate_board(
         "gemm_gflops": gemm,
         "link": {"link_mbps": link_mbps, "latency_ms": latency_ms, "source": "given, not measured"},
         "tensorflow": steps["tensorflow"],
+        "timed_in": {**steps["timed_in"], "process": "this one" if in_process else "a child"},
         "python": platform.python_version(),
     }
     return profile, measurements
@@ -346,7 +353,15 @@ def _time_cells(seconds: float, repeats: int) -> dict[str, Any]:
             }
         )
     wire = _time_wire([get_weights(models[name]) for name in ("mlp", "cnn")], seconds, repeats)
-    return {"cells": cells, "framework_rss_mb": framework_rss_mb, "tensorflow": tf.__version__, "wire": wire}
+    # TensorFlow's threads as its environment sets them (its config API reads 0, "unset", for those)
+    threads = {key: os.environ.get(key) for key in WORKER_THREADS}
+    return {
+        "cells": cells,
+        "framework_rss_mb": framework_rss_mb,
+        "tensorflow": tf.__version__,
+        "wire": wire,
+        "timed_in": {"pid": os.getpid(), "threads": threads},
+    }
 
 
 def interleaved(rounds: list[tuple[Callable[[int], float], int]], repeats: int) -> list[list[float]]:
