@@ -85,8 +85,10 @@ if "tensorflow" not in sys.modules:
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import argparse  # noqa: E402
+import collections  # noqa: E402
 import contextlib  # noqa: E402
 import functools  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -783,6 +785,46 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def device_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per data-parallel configuration: whether one device straggled, and whether one spent more CPU a step.
+
+    ``slowest_over_mean``: each round's slowest device task wall over the
+    devices' mean, its median and largest over every round of every repeat (1:
+    no straggler). ``cpu_ms_min`` / ``cpu_ms_max``: the least and most CPU a
+    step any device spent (its median over its rounds), over the repeats; and
+    ``most_cpu_device`` with how many repeats it spent the most. Runs from
+    before the rows kept each device's walls are left out.
+    """
+    out = []
+    kept = [r for r in rows if r.get("device_walls_s")]
+    for (devices, cores, model), cell in itertools.groupby(
+        sorted(kept, key=lambda r: (r["devices"], r["cores"], r["model"])),
+        key=lambda r: (r["devices"], r["cores"], r["model"]),
+    ):
+        cell = list(cell)
+        ratios = []
+        for row in cell:
+            walls = np.array(list(row["device_walls_s"].values()), dtype=float)  # devices x rounds
+            ratios += list(walls.max(axis=0) / walls.mean(axis=0))
+        each = [row["device_cpu_ms_per_step_each"] for row in cell]
+        most = collections.Counter(max(e, key=e.get) for e in each).most_common(1)[0]
+        out.append(
+            {
+                "devices": devices,
+                "cores": cores,
+                "model": model,
+                "repeats": len(cell),
+                "slowest_over_mean": float(np.median(ratios)),
+                "slowest_over_mean_max": float(max(ratios)),
+                "cpu_ms_min": float(min(min(e.values()) for e in each)),
+                "cpu_ms_max": float(max(max(e.values()) for e in each)),
+                "most_cpu_device": most[0],
+                "most_cpu_repeats": most[1],
+            }
+        )
+    return out
+
+
 #: The settings two runs must share for their repeats to be pooled: the same method on the same hosts.
 METHOD_KEYS = (
     "board",
@@ -1319,6 +1361,24 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s['throttled_share']:.0%} | {s['machine_busy_cores']:.2f} | "
             f"{s.get('machine_stolen_of_wanted', nan):.0%} |"
         )
+    spread = device_spread(results["runs"])
+    if spread:
+        lines += [
+            "",
+            "Each device of a data-parallel run (its task's wall each round and its CPU per step): the slowest "
+            "device's wall over the devices' mean, per round (1: no straggler), and the least and most CPU a step "
+            "any device spent (its median over its rounds), over the repeats:",
+            "",
+            "| devices | cores | model | repeats | slowest / mean wall (median over rounds) | largest | "
+            "CPU ms a step, least .. most device | most CPU a step (repeats) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {d['devices']} | {d['cores']:g} | {d['model']} | {d['repeats']} | {d['slowest_over_mean']:.3f} | "
+            f"{d['slowest_over_mean_max']:.3f} | {d['cpu_ms_min']:.3f} .. {d['cpu_ms_max']:.3f} | "
+            f"{d['most_cpu_device']} ({d['most_cpu_repeats']} of {d['repeats']}) |"
+            for d in spread
+        ]
     boards = results["boards"]
     lines += [
         "",

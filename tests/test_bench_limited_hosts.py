@@ -98,6 +98,31 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     assert out["error_paced"] == pytest.approx((1.5 * compute + 3.0) / 5.0 - 1)
 
 
+def test_the_devices_spread_names_the_straggler_and_the_device_that_spent_most_cpu_a_step(bench) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: two repeats of two devices, b-1 slower every round; b-1 spends more CPU a step in one repeat, b-0 in
+    # the other; a pipeline row and a row from before the walls were kept are left out
+    def row(walls: dict, cpu: dict) -> dict:
+        return {"devices": 2, "cores": 0.2, "model": "mlp", "device_walls_s": walls, "device_cpu_ms_per_step_each": cpu}
+
+    rows = [
+        row({"b-0": [2.0, 1.5], "b-1": [2.5, 2.5]}, {"b-0": 1.0, "b-1": 1.2}),
+        row({"b-0": [2.0, 2.0], "b-1": [2.0, 3.0]}, {"b-0": 1.1, "b-1": 0.9}),
+        {"devices": 2, "cores": 0.2, "model": "pipeline"},
+        {"devices": 2, "cores": 0.2, "model": "cnn"},
+    ]
+
+    # Execute
+    (spread,) = bench.device_spread(rows)
+
+    # Assert: per round, slowest over mean: 2.5/2.25, 2.5/2.0, 2.0/2.0, 3.0/2.5
+    ratios = sorted([2.5 / 2.25, 2.5 / 2.0, 1.0, 3.0 / 2.5])
+    assert spread["model"] == "mlp" and spread["repeats"] == 2
+    assert spread["slowest_over_mean"] == pytest.approx((ratios[1] + ratios[2]) / 2)
+    assert spread["slowest_over_mean_max"] == pytest.approx(1.25)
+    assert (spread["cpu_ms_min"], spread["cpu_ms_max"]) == (0.9, 1.2)
+    assert spread["most_cpu_repeats"] == 1 and spread["most_cpu_device"] in ("b-0", "b-1")
+
+
 def test_a_runs_pace_is_its_probes_mean_over_the_calibrations_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
     assert bench.paced(0.011, 0.013, 0.010) == pytest.approx(1.2)
     assert bench.paced(0.005, 0.005, 0.010) == pytest.approx(0.5)
