@@ -222,6 +222,7 @@ def test_a_calibration_run_on_a_worker_times_the_steps_in_the_worker_s_own_proce
     assert timed_in["process"] == "this one"
     assert timed_in["threads"] == bc.WORKER_THREADS
     assert profile.name == "onworker" and profile.flops_per_s > 0
+    assert "the worker process it ran in" in profile.framework_note  # its memory is the worker's, not TensorFlow's
     assert [(c["model"], c["batch_size"]) for c in measurements["cells"]] == list(bc.CELLS)
 
 

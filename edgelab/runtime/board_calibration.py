@@ -1,7 +1,7 @@
 """``edgelab calibrate``: measure a board of one's own, and write the profile every ``device_profile`` takes.
 
 Runs on the board itself and needs only what a device worker needs
-(TensorFlow, numpy, edgelab; no JupyterLab). In a child process whose
+(TensorFlow, numpy, edgelab; no JupyterLab). By default in a child process whose
 TensorFlow has one thread per pool, as a device worker's
 (``cluster/pi/edgelab-worker.service``), it times the very training rounds a
 worker runs (``edgelab.runtime.steps.train_steps``: one compiled loop over the
@@ -94,7 +94,8 @@ def calibrate_board(
         Time the steps in this process instead of a child: for a call that runs
         as a task on a device's own worker, whose TensorFlow already has a
         worker's threads, so the board is timed in the process that will train
-        (its event loop, its heartbeats and its memory beside the steps).
+        (its event loop, its heartbeats and its memory beside the steps). The
+        framework's memory is then that worker's, whatever it holds besides.
     """
     check_board_name(name)
     checks.number("seconds", seconds, above=0)
@@ -125,7 +126,11 @@ def calibrate_board(
             f"windows on {host}, {when}"
         ),
         framework_mb=framework_mb,
-        framework_note="measured by edgelab calibrate: resident memory of a worker's TensorFlow with LeNet built",
+        framework_note=(
+            "measured by edgelab calibrate: resident memory of the worker process it ran in, its own data included"
+            if in_process
+            else "measured by edgelab calibrate: resident memory of a worker's TensorFlow with LeNet built"
+        ),
         step_s=terms["step_s"],
         flops_per_s=terms["flops_per_s"],
         measured_on=f"{host}, {when}",
