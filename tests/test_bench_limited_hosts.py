@@ -74,7 +74,7 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     )
 
     # Execute
-    out = bench.compare(_run(records), board, cell_step_s=0.002, pace=1.5)
+    out = bench.compare(_run(records), board, cell_step_s=0.002, pace=1.5, spread=1.1)
 
     # Assert: compute 100 x 1 ms + 6400 x FLOPs / 1 GFLOP/s; device 1 adds 2 s + 1 s of link, device 0 only 2 s
     compute = 0.1 + 6400 * flops / 1e9
@@ -96,6 +96,10 @@ def test_the_emulated_round_is_the_slower_devices_pull_compute_and_push_each_ove
     # the paced clock: the board 1.5 x slower at the run than at its calibration slows its compute, not its link
     assert out["emulated_paced_s"] == pytest.approx(1.5 * compute + 3.0)
     assert out["error_paced"] == pytest.approx((1.5 * compute + 3.0) / 5.0 - 1)
+    # the clock that waits for the slowest device: the calibration's spread slows its compute, not its link
+    assert out["spread_at_board"] == 1.1
+    assert out["emulated_spread_s"] == pytest.approx(1.1 * compute + 3.0)
+    assert out["error_spread"] == pytest.approx((1.1 * compute + 3.0) / 5.0 - 1)
 
 
 def test_the_devices_spread_names_the_straggler_and_the_device_that_spent_most_cpu_a_step(bench) -> None:  # type: ignore[no-untyped-def]
@@ -164,6 +168,17 @@ def test_the_pace_beside_a_run_is_probed_on_each_of_its_hosts_at_once_and_the_sl
     waited.clear()
     assert bench.pace_on(cluster, hosts, "mlp", 3) == 0.014
     assert asked == ["ell-0", "ell-1", "ell-2"] and waited == [3, 3, 3]
+    asked.clear()
+    assert bench.paces_on(cluster, hosts, "mlp", 3) == [0.010, 0.014, 0.012] and asked == ["ell-0", "ell-1", "ell-2"]
+
+
+def test_the_wait_for_the_slowest_host_is_the_slowest_probe_over_the_mean_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
+    assert bench.slowest_over_mean([0.010, 0.014, 0.012]) == pytest.approx(0.014 / 0.012)
+    assert bench.slowest_over_mean([0.010]) == 1.0
+    with pytest.raises(ValueError, match="positive seconds per step"):
+        bench.slowest_over_mean([0.010, 0.0])
+    with pytest.raises(ValueError, match="positive seconds per step"):
+        bench.slowest_over_mean([])
 
 
 def test_the_pace_probe_gives_seconds_per_real_training_step_its_untimed_build_and_trace_left_out(bench) -> None:  # type: ignore[no-untyped-def]
