@@ -961,10 +961,9 @@ def _device_lines(rows: list[dict[str, Any]]) -> list[str]:
             for d in spread
         ]
     runs = pd.DataFrame(rows)
-    if "error_spread" in runs:
-        lines += _spread_clock_lines(
-            runs.dropna(subset=["error_spread"]), {(d["devices"], d["cores"], d["model"]): d for d in spread}
-        )
+    waited = runs.dropna(subset=["error_spread"]) if "error_spread" in runs else runs.iloc[:0]
+    if not waited.empty:
+        lines += _spread_clock_lines(waited, {(d["devices"], d["cores"], d["model"]): d for d in spread})
     return lines
 
 

@@ -127,6 +127,41 @@ def test_the_devices_spread_names_the_straggler_and_the_device_that_spent_most_c
     assert spread["most_cpu_repeats"] == 1 and spread["most_cpu_device"] in ("b-0", "b-1")
 
 
+def test_the_page_sets_the_clock_that_waits_for_the_slowest_beside_the_calibrations_and_the_rounds_spread(
+    bench,
+) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: two repeats of two devices with the spread clock's columns, and a pipeline row, which has none
+    def row(walls: dict, at_board: float, beside: float, error: float, waited: float) -> dict:
+        return {
+            "devices": 2,
+            "cores": 0.2,
+            "model": "mlp",
+            "device_walls_s": walls,
+            "device_cpu_ms_per_step_each": {"b-0": 1.0, "b-1": 1.0},
+            "spread_at_board": at_board,
+            "spread_beside_run": beside,
+            "error": error,
+            "error_spread": waited,
+        }
+
+    rows = [
+        row({"b-0": [2.0, 2.0], "b-1": [3.0, 2.0]}, 1.02, 1.10, -0.10, -0.08),
+        row({"b-0": [2.0, 2.0], "b-1": [2.0, 2.0]}, 1.04, 1.20, -0.20, -0.16),
+        {"devices": 2, "cores": 0.2, "model": "pipeline"},
+    ]
+
+    # Execute
+    lines = bench._device_lines(rows)
+
+    # Assert: medians of the two repeats; the rounds' own ratios (1.2, 1, 1, 1) have median 1; the pipeline no row
+    assert "| 2 | 0.2 | mlp | 1.030 | 1.150 | 1.000 | -15.0% | -12.0% | -16.0% .. -8.0% | no |" in lines
+    assert not any(line.startswith("| 2 | 0.2 | pipeline") for line in lines)
+    # rows of runs from before the spread clock (no such columns, or none filled) give no such table
+    earlier = [{k: v for k, v in r.items() if not k.startswith(("spread", "error_spread"))} for r in rows]
+    assert not any("with the wait" in line for line in bench._device_lines(earlier))
+    assert not any("with the wait" in line for line in bench._device_lines([{**r, "error_spread": None} for r in rows]))
+
+
 def test_a_runs_pace_is_its_probes_mean_over_the_calibrations_and_a_bad_probe_is_refused(bench) -> None:  # type: ignore[no-untyped-def]
     assert bench.paced(0.011, 0.013, 0.010) == pytest.approx(1.2)
     assert bench.paced(0.005, 0.005, 0.010) == pytest.approx(0.5)
