@@ -749,12 +749,6 @@ def compare_stream(
         "speed_factor": speed_factor,
         "images": int(emulated.images),
         "host_wall_s": float(source.wall_s),  # the composed stream's own wall, on the unthrottled hosts
-        # A micro-batch's round trip, on the hosts and on the clock: with ``max_in_flight`` micro-batches in the
-        # system a stream takes at least micro-batches x round trip / in flight (Little's law), whatever its
-        # busiest device's load
-        "round_trip_s": round_trip(result),
-        "emulated_round_trip_s": float(emulated.round_trip_s),
-        "max_in_flight": int(result.max_in_flight),
         "contention": contention[cpu_column],  # per stage, divided out of the composed CPU
         # Where the busiest device's CPU went over the whole stream (host seconds): on the unthrottled hosts the
         # clock composes, and on the limited hosts, whose quota paid it: its computing threads' in its
@@ -762,15 +756,6 @@ def compare_stream(
         **_busiest_cpu(source, "host"),
         **_busiest_cpu(result, "limited"),
     }
-
-
-def round_trip(result: StreamResult) -> float:
-    """The median over micro-batches of the master's first send to its last output back, seconds; NaN untimed."""
-    if not {"t_send"} <= set(result.sends) or not {"t_received"} <= set(result.receives):
-        return float("nan")
-    sent = result.sends.groupby("micro_batch")["t_send"].min()
-    back = result.receives.groupby("micro_batch")["t_received"].max()
-    return float((back - sent).dropna().median())
 
 
 def _busiest_cpu(result: StreamResult, side: str) -> dict[str, float]:
@@ -952,26 +937,6 @@ def _pooled_lines(pooled: dict[str, Any]) -> list[str]:
             f"{straggle} |"
         )
     return lines
-
-
-def _round_trip_lines(summary: list[dict[str, Any]]) -> list[str]:
-    """The streams' round trips on the hosts and the clock, and the wall they bind a stream to; [] without them."""
-    trips = [s for s in summary if s["model"] == "pipeline" and "round_trip_s" in s]
-    if not trips:
-        return []
-    each = "; ".join(
-        f"{s['devices']} hosts: {1e3 * s['round_trip_s']:.0f} ms on the hosts, "
-        f"{1e3 * s.get('emulated_round_trip_s', float('nan')):.0f} on the clock; micro-batches x round trip / in "
-        f"flight {s['rounds'] * s['round_trip_s'] / s['max_in_flight']:.2f} s against the stream's "
-        f"{s['measured_s']:.2f}"
-        for s in trips
-    )
-    return [
-        "",
-        "A micro-batch's round trip, the master's first send to its last output back (medians): a stream with a "
-        "few micro-batches in flight is bound by its round trips where they are long against its busiest device "
-        f"(Little's law): {each}.",
-    ]
 
 
 def _device_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -1528,7 +1493,6 @@ def render_markdown(results: dict[str, Any]) -> str:
             "`StreamResult.device_cpu`): its process's, of which its computing threads' inside its micro-batches and "
             f"its event loop's (the comms): {each}.",
         ]
-    lines += _round_trip_lines(results["summary"])
     lines += [
         "",
         f"The boards, as `edgelab calibrate` measured them in {c.get('board_timed_in', EARLIER_BOARD_TIMED_IN)} at "

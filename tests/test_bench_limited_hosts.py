@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import statistics
 from pathlib import Path
@@ -327,37 +326,6 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone)
     assert out["contention"] == {"stage0": pytest.approx(1.0), "stage1": pytest.approx(1.25)}
     assert out["emulated_s"] == pytest.approx(2 * 2.15)
-
-
-def test_a_stream_s_round_trip_is_its_median_first_send_to_last_output_back_and_the_page_sets_it_by_the_clock_s(
-    bench,
-) -> None:  # type: ignore[no-untyped-def]
-    from edgelab.pipeline.stream import StreamResult
-
-    # Prepare: three micro-batches over two branches, each sent at t and back (its later branch) 0.5, 0.7, 0.6 s on
-    sends = pd.DataFrame(
-        {"micro_batch": [0, 0, 1, 1, 2, 2], "branch": [0, 1] * 3, "t_send": [0.0, 0.1, 1.0, 1.0, 2.0, 2.2]}
-    )
-    receives = pd.DataFrame(
-        {"micro_batch": [0, 0, 1, 1, 2, 2], "branch": [0, 1] * 3, "t_received": [0.3, 0.5, 1.7, 1.2, 2.6, 2.1]}
-    )
-    empty = pd.DataFrame()
-    result = StreamResult([], empty, sends, receives, empty, micro_batch=1, max_in_flight=2, wall_s=2.6)
-
-    # Execute, Assert: the median of 0.5, 0.7, 0.6
-    assert bench.round_trip(result) == pytest.approx(0.6)
-    assert math.isnan(bench.round_trip(dataclasses.replace(result, receives=empty)))  # a stream without its times
-
-    # The page: 96 micro-batches of 0.5 s round trips, 4 in flight, bind a stream to 12 s; the clock's beside them
-    summary = [
-        {"model": "pipeline", "devices": 5, "round_trip_s": 0.5, "emulated_round_trip_s": 0.4, "rounds": 96.0,
-         "max_in_flight": 4.0, "measured_s": 13.0},
-        {"model": "mlp", "devices": 5},
-    ]  # fmt: skip
-    [blank, line] = bench._round_trip_lines(summary)
-    said = "5 hosts: 500 ms on the hosts, 400 on the clock; micro-batches x round trip / in flight 12.00 s against"
-    assert f"{said} the stream's 13.00" in line
-    assert bench._round_trip_lines([{"model": "pipeline", "devices": 2}]) == []  # runs from before the round trips
 
 
 def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(bench) -> None:  # type: ignore[no-untyped-def]

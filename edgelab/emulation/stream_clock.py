@@ -52,10 +52,6 @@ class EmulatedStream:
     bound_throughput: float  # micro-batch images / the slowest resource's median time per micro-batch
     bottleneck: str  # which resource that is
     resources: pd.DataFrame  # median seconds per micro-batch of every device and link
-    # A micro-batch's median time from the master's first send to its last output back. With ``max_in_flight``
-    # in the system, a stream whose round trips are long against its slowest resource is bound by them
-    # (Little's law: micro-batches x round trip / in flight), not by that resource.
-    round_trip_s: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no per-row timeline)."""
@@ -67,7 +63,6 @@ class EmulatedStream:
             "bound_throughput": self.bound_throughput,
             "steady_over_bound": self.steady_throughput / self.bound_throughput if self.bound_throughput else None,
             "bottleneck": self.bottleneck,
-            "round_trip_s": self.round_trip_s,
         }
 
 
@@ -163,7 +158,6 @@ def compose(
     device_free: dict[str, float] = {}
     uplink_free: dict[str, float] = {}
     out_arrival = np.zeros(n)
-    first_sent = np.zeros(n)
     rows = []
     for m in range(n):
         gate = out_arrival[m - max_in_flight] if m >= max_in_flight else 0.0
@@ -172,8 +166,6 @@ def compose(
             size = float(send_bytes.loc[(m, b)])
             # The incoming transfer of the next device: when its first byte leaves, when its last is sent.
             sent_from = max(gate, uplink_free.get(MASTER, 0.0))
-            if b == 0:
-                first_sent[m] = sent_from
             sent_until = sent_from + size / rate
             uplink_free[MASTER] = sent_until
             for i, (stage, device) in enumerate(chain):
@@ -222,7 +214,6 @@ def compose(
         bound_throughput=mb_images / float(resources["median_s"].max()),
         bottleneck=bottleneck,
         resources=resources,
-        round_trip_s=float(np.median(out_arrival - first_sent)),
     )
 
 
