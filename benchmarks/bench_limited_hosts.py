@@ -685,6 +685,7 @@ def compare_stream(
     *,
     host: StreamResult | None = None,
     alone: StreamResult | None = None,
+    bursty_factor: float | None = None,
 ) -> dict[str, Any]:
     """The stream's measured wall time against its emulated processing time, and what each is made of.
 
@@ -699,6 +700,9 @@ def compare_stream(
     the bytes are on the wire (``stream_clock.compose``). The clock that charges a stage its process's CPU instead
     (the comms as the unthrottled hosts spent them inside its micro-batches) and no message price is kept as
     ``emulated_nominal_s``.
+
+    ``bursty_factor``: a diagnostic speed factor whose numerator is the GEMM in the busiest stage's bursts
+    (``stage_pattern``), not back to back; the same clock with it is kept as ``emulated_bursty_s``.
     """
     source = host or result
     branches = [list(chain) for chain in _branches(source)]
@@ -707,13 +711,15 @@ def compare_stream(
         for column in ("cpu_s", "compute_cpu_s")
     }
 
-    def clock(messages: stream_clock.MessageCost, cpu_column: str) -> stream_clock.EmulatedStream:
+    def clock(
+        messages: stream_clock.MessageCost, cpu_column: str, factor: float = speed_factor
+    ) -> stream_clock.EmulatedStream:
         return stream_clock.compose(
             stream_clock.without_contention(source.records, contention[cpu_column], cpu_column),
             source.sends,
             branches,
             profile=board,
-            speed_factor=speed_factor,
+            speed_factor=factor,
             max_in_flight=source.max_in_flight,
             messages=messages,
             cpu_column=cpu_column,
@@ -726,6 +732,11 @@ def compare_stream(
         priced, cpu_column = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"]), "compute_cpu_s"
         emulated = clock(priced, cpu_column)
     records = result.records
+    bursty = {}
+    if bursty_factor is not None:
+        processing_s = clock(priced, cpu_column, bursty_factor).processing_s
+        bursty = {"emulated_bursty_s": float(processing_s), "error_bursty": float(processing_s / result.wall_s - 1)}
+        bursty["bursty_factor"] = bursty_factor
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
         "measured_s": float(result.wall_s),
@@ -755,7 +766,29 @@ def compare_stream(
         # micro-batches, its event loop's (the comms), all its process's.
         **_busiest_cpu(source, "host"),
         **_busiest_cpu(result, "limited"),
+        **bursty,
     }
+
+
+def stage_pattern(host: StreamResult) -> tuple[float, float]:
+    """The busiest stage's bursts on the unthrottled hosts: (compute CPU a micro-batch, idle rest of its cycle), s.
+
+    The cycle is the stream's wall over its micro-batches; the pattern is what ``bursty_gemm`` copies.
+    """
+    records = host.records
+    busiest = records.groupby("stage")["compute_cpu_s"].sum().idxmax()
+    burst = float(records.loc[records["stage"] == busiest, "compute_cpu_s"].median())
+    cycle = host.wall_s / records["micro_batch"].nunique()
+    return burst, max(0.0, cycle - burst)
+
+
+def bursty_gemm(host: StreamResult, seconds: float) -> dict[str, Any]:
+    """The GEMM's rate per CPU second here and now, in the busiest stage's bursts (``stage_pattern``)."""
+    burst, idle = stage_pattern(host)
+    if not burst > 0:  # a stream whose records hold no compute: no pattern to copy
+        return {}
+    rate = sustained_gflops(seconds=seconds / 2, clock="cpu", burst_s=burst, idle_s=idle)
+    return {"host_bursty_gflops": rate, "stage_burst_ms": burst * 1e3, "stage_idle_ms": idle * 1e3}
 
 
 def _busiest_cpu(result: StreamResult, side: str) -> dict[str, float]:
@@ -1103,9 +1136,20 @@ def run_block(
                     with unthrottled(hosts):
                         emulated_on = run_stream(cluster, hosts, n)["stream"]
                         alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
+                    # A diagnostic numerator: the GEMM in the composed stream's own bursts (not the verdict's).
+                    bursty = bursty_gemm(emulated_on, seconds)
+                    bursty_factor = bursty["host_bursty_gflops"] / board.reference_gflops if bursty else None
                     done = run_stream(cluster, hosts, n)
-                    measured = compare_stream(done["stream"], board, factor, message, host=emulated_on, alone=alone)
-                    measured |= _message_row(message)
+                    measured = compare_stream(
+                        done["stream"],
+                        board,
+                        factor,
+                        message,
+                        host=emulated_on,
+                        alone=alone,
+                        bursty_factor=bursty_factor,
+                    )
+                    measured |= _message_row(message) | bursty
                 else:
                     # The board's pace probed either side of the run, on all its hosts at once:
                     # does the speed each host gets then, not the board's at its calibration,
@@ -1493,6 +1537,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "`StreamResult.device_cpu`): its process's, of which its computing threads' inside its micro-batches and "
             f"its event loop's (the comms): {each}.",
         ]
+    lines += _bursty_lines(pd.DataFrame(results["runs"]))
     lines += [
         "",
         f"The boards, as `edgelab calibrate` measured them in {c.get('board_timed_in', EARLIER_BOARD_TIMED_IN)} at "
@@ -1524,6 +1569,30 @@ def render_markdown(results: dict[str, Any]) -> str:
         "charged for and no device gets.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bursty_lines(runs: pd.DataFrame) -> list[str]:
+    """The pipelines' clock with the bursty numerator (``bursty_gemm``) beside the verdict's, per repeat."""
+    if "error_bursty" not in runs:
+        return []
+    lines = [
+        "",
+        "A diagnostic, not the verdict: the same stream clock with the speed factor's numerator measured in the "
+        "busiest stage's own pattern (`bursty_gemm`: the GEMM in bursts of that stage's compute CPU a micro-batch on "
+        "the unthrottled hosts, asleep the rest of the stream's cycle there, in this process, just before the "
+        "limited stream) in place of the continuous GEMM's rate.",
+        "",
+        "| devices | cores | repeat | burst / idle (ms) | bursty over continuous rate | error | "
+        "error, bursty numerator |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in runs.dropna(subset=["error_bursty"]).sort_values(["devices", "cores", "repeat"]).iterrows():
+        lines.append(
+            f"| {int(r['devices'])} | {r['cores']:g} | {int(r['repeat'])} | "
+            f"{r['stage_burst_ms']:.1f} / {r['stage_idle_ms']:.1f} | {r['bursty_factor'] / r['speed_factor']:.2f} | "
+            f"{r['error']:+.1%} | {r['error_bursty']:+.1%} |"
+        )
+    return lines
 
 
 def _calibration_line(board: dict[str, Any]) -> str:

@@ -326,6 +326,58 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone)
     assert out["contention"] == {"stage0": pytest.approx(1.0), "stage1": pytest.approx(1.25)}
     assert out["emulated_s"] == pytest.approx(2 * 2.15)
+    assert "error_bursty" not in out
+
+    # A bursty numerator half the continuous one: the same clock at speed factor 2.5 is kept beside the verdict's,
+    # each micro-batch 1 + 0.125 + 0.5 + 0.2 s
+    out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone, bursty_factor=2.5)
+    assert out["emulated_s"] == pytest.approx(2 * 2.15)
+    assert out["emulated_bursty_s"] == pytest.approx(2 * 1.825)
+    assert out["error_bursty"] == pytest.approx(2 * 1.825 / 6.6 - 1)
+    assert out["bursty_factor"] == 2.5
+
+    # The busiest stage's pattern: stage 1's 0.16 s of compute a micro-batch, the rest of the 3.3 s cycle idle
+    burst, idle = bench.stage_pattern(result)
+    assert (burst, idle) == (pytest.approx(0.16), pytest.approx(3.3 - 0.16))
+    assert (
+        bench.bursty_gemm(
+            StreamResult(
+                [],
+                result.records.assign(compute_cpu_s=0.0),
+                sends,
+                empty,
+                empty,
+                micro_batch=1,
+                max_in_flight=1,
+                wall_s=6.6,
+            ),
+            1.0,
+        )
+        == {}
+    )
+
+
+def test_the_bursty_numerator_s_clock_is_listed_per_repeat_beside_the_verdict_s(bench) -> None:  # type: ignore[no-untyped-def]
+    runs = pd.DataFrame(
+        [
+            {
+                "devices": 2,
+                "cores": 0.2,
+                "repeat": 1,
+                "error": 0.12,
+                "speed_factor": 40.0,
+                "bursty_factor": 32.0,
+                "error_bursty": -0.02,
+                "stage_burst_ms": 14.0,
+                "stage_idle_ms": 30.5,
+            },
+            {"devices": 2, "cores": 0.2, "repeat": 0, "error": 0.09, "speed_factor": 40.0},  # a row without it
+        ]
+    )
+    lines = bench._bursty_lines(runs)
+    assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% |"
+    assert len([line for line in lines if line.startswith("| 2 ")]) == 1
+    assert bench._bursty_lines(runs.drop(columns="error_bursty")) == []
 
 
 def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(bench) -> None:  # type: ignore[no-untyped-def]

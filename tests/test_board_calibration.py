@@ -353,6 +353,30 @@ def test_the_gemm_rate_per_cpu_second_leaves_out_time_the_thread_did_not_run() -
     assert cpu > 1.3 * wall
 
 
+def test_a_gemm_in_bursts_is_rated_per_cpu_second_its_sleep_left_out() -> None:
+    # Execute: bursts of 5 ms with 50 ms asleep, a tenth of the window computing
+    continuous = sustained_gflops(seconds=0.3, repeats=1, size=256, clock="cpu")
+    bursty = sustained_gflops(seconds=0.3, repeats=1, size=256, clock="cpu", burst_s=0.005, idle_s=0.05)
+
+    # Assert: per wall second it would be about a tenth of the continuous rate; per CPU second, near it
+    assert bursty > 0.4 * continuous
+
+
+@pytest.mark.parametrize(
+    ("given", "parameter"),
+    [
+        ({"clock": "wall", "burst_s": 0.01}, "clock"),
+        ({"clock": "cpu", "burst_s": 0.0}, "burst_s"),
+        ({"clock": "cpu", "burst_s": 0.01, "idle_s": -1.0}, "idle_s"),
+        ({"clock": "cpu", "idle_s": 0.05}, "idle_s"),
+    ],
+)
+def test_bursts_the_gemm_cannot_keep_are_refused_naming_the_parameter(given: dict, parameter: str) -> None:
+    with pytest.raises(ConfigError, match=parameter) as error:
+        sustained_gflops(seconds=0.01, **given)
+    assert error.value.parameter == parameter
+
+
 def test_a_gemm_clock_that_is_neither_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match="clock") as error:
         sustained_gflops(seconds=0.01, clock="steal")
