@@ -1580,7 +1580,8 @@ def _bursty_lines(runs: pd.DataFrame) -> list[str]:
         "A diagnostic, not the verdict: the same stream clock with the speed factor's numerator measured in the "
         "busiest stage's own pattern (`bursty_gemm`: the GEMM in bursts of that stage's compute CPU a micro-batch on "
         "the unthrottled hosts, asleep the rest of the stream's cycle there, in this process, just before the "
-        "limited stream) in place of the continuous GEMM's rate.",
+        "limited stream) in place of the continuous GEMM's rate (measured at the repeat's calibration, its other "
+        "hosts training).",
         "",
         "| devices | cores | repeat | burst / idle (ms) | bursty over continuous rate | error | "
         "error, bursty numerator |",
