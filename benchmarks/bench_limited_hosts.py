@@ -469,6 +469,24 @@ def measure_message_stream(
     flight, a device's event loop handles messages as the pipeline's do, several a
     wake-up.
     """
+    result = identity_stream(
+        cluster, payload_bytes=payload_bytes, micro_batches=micro_batches, max_in_flight=max_in_flight
+    )
+    compute = result.records.groupby("device")["compute_cpu_s"].sum()
+    comms = (result.device_cpu["process_s"] - compute.reindex(result.device_cpu.index).fillna(0.0)) / micro_batches
+    return {
+        "cpu_s": float(comms.mean()),
+        "cpu_s_each": {str(k): float(v) for k, v in comms.items()},
+        "wall_s": float(result.wall_s / micro_batches),
+        "payload_bytes": int(result.sends["bytes"].iloc[0]),
+        "micro_batches": micro_batches,
+    }
+
+
+def identity_stream(
+    cluster: DeviceCluster, *, payload_bytes: int, micro_batches: int, max_in_flight: int
+) -> StreamResult:
+    """A stream of two stages that compute nothing (Keras's ``Identity``) on the first two devices, warmed first."""
     import keras
 
     shape = (max(1, payload_bytes // 4 // MICRO_BATCH),)  # a micro-batch carries the payload whole
@@ -479,16 +497,42 @@ def measure_message_stream(
     placement = Placement.pipeline(list(models), cluster.devices[:2])
     x = np.zeros((micro_batches * MICRO_BATCH, *shape), np.float32)
     stream(cluster, placement, models, x[: 2 * MICRO_BATCH], micro_batch=MICRO_BATCH, log=lambda _: None)  # warm
-    result = stream(cluster, placement, models, x, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight)
-    compute = result.records.groupby("device")["compute_cpu_s"].sum()
-    comms = (result.device_cpu["process_s"] - compute.reindex(result.device_cpu.index).fillna(0.0)) / micro_batches
+    return stream(cluster, placement, models, x, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight)
+
+
+def hop_latency(result: StreamResult, board: DeviceProfile, cores: float, message: dict[str, Any]) -> dict[str, Any]:
+    """What a hand-off takes beyond what the stream clock charges for it, board seconds a hop.
+
+    ``result``: a stream that computes nothing, one micro-batch in flight, on the limited hosts (``identity_stream``),
+    so its wall is hand-offs and messages alone. The clock composes the same stream (its records' CPU inside the
+    quota is ``1 / cores`` board seconds a second, the board's link, ``message``'s price); the wall it leaves out,
+    over the stream's hops (the master's to the first stage, between the stages, back), is ``per_hop_s``.
+    """
+    priced = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"])
+    clock = stream_clock.compose(
+        result.records,
+        result.sends,
+        [list(chain) for chain in _branches(result)],
+        profile=board,
+        speed_factor=1 / cores,
+        max_in_flight=result.max_in_flight,
+        messages=priced,
+        cpu_column="compute_cpu_s",
+    )
+    hops = result.records["micro_batch"].nunique() * (result.records["stage"].nunique() + 1)
     return {
-        "cpu_s": float(comms.mean()),
-        "cpu_s_each": {str(k): float(v) for k, v in comms.items()},
-        "wall_s": float(result.wall_s / micro_batches),
-        "payload_bytes": int(x[:MICRO_BATCH].nbytes),
-        "micro_batches": micro_batches,
+        "per_hop_s": max(0.0, (result.wall_s - clock.processing_s) / hops),
+        "hop_stream_s": float(result.wall_s),
+        "hop_clock_s": float(clock.processing_s),
     }
+
+
+def measure_hop(
+    cluster: DeviceCluster, board: DeviceProfile, cores: float, message: dict[str, Any], micro_batches: int = 48
+) -> dict[str, Any]:
+    """``hop_latency`` of a token stream, one micro-batch in flight, on the hosts as they are."""
+    result = identity_stream(cluster, payload_bytes=64, micro_batches=micro_batches, max_in_flight=1)
+    return hop_latency(result, board, cores, message)
 
 
 def measure_stream_messages(cluster: DeviceCluster, cores: float) -> dict[str, Any]:
@@ -686,6 +730,7 @@ def compare_stream(
     host: StreamResult | None = None,
     alone: StreamResult | None = None,
     bursty_factor: float | None = None,
+    hop_s: float | None = None,
 ) -> dict[str, Any]:
     """The stream's measured wall time against its emulated processing time, and what each is made of.
 
@@ -702,7 +747,8 @@ def compare_stream(
     ``emulated_nominal_s``.
 
     ``bursty_factor``: a diagnostic speed factor whose numerator is the GEMM in the busiest stage's bursts
-    (``stage_pattern``), not back to back; the same clock with it is kept as ``emulated_bursty_s``.
+    (``stage_pattern``), not back to back; the same clock with it is kept as ``emulated_bursty_s``. ``hop_s``: a
+    diagnostic wall a hand-off takes beyond the clock's (``hop_latency``); the clock with it, ``emulated_hop_s``.
     """
     source = host or result
     branches = [list(chain) for chain in _branches(source)]
@@ -737,6 +783,9 @@ def compare_stream(
         processing_s = clock(priced, cpu_column, bursty_factor).processing_s
         bursty = {"emulated_bursty_s": float(processing_s), "error_bursty": float(processing_s / result.wall_s - 1)}
         bursty["bursty_factor"] = bursty_factor
+    if hop_s is not None:
+        processing_s = clock(replace(priced, per_hop_s=hop_s), cpu_column).processing_s
+        bursty |= {"emulated_hop_s": float(processing_s), "error_hop": float(processing_s / result.wall_s - 1)}
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
         "measured_s": float(result.wall_s),
@@ -1133,6 +1182,7 @@ def run_block(
                     # The messages are priced again beside each stream, inside the quotas, the machine
                     # as it is then.
                     message = measure_stream_messages(cluster, cores)
+                    hop = measure_hop(cluster, board, cores, message)  # a diagnostic, as the bursty numerator
                     with unthrottled(hosts):
                         emulated_on = run_stream(cluster, hosts, n)["stream"]
                         alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
@@ -1148,8 +1198,9 @@ def run_block(
                         host=emulated_on,
                         alone=alone,
                         bursty_factor=bursty_factor,
+                        hop_s=hop["per_hop_s"],
                     )
-                    measured |= _message_row(message) | bursty
+                    measured |= _message_row(message) | bursty | hop
                 else:
                     # The board's pace probed either side of the run, on all its hosts at once:
                     # does the speed each host gets then, not the board's at its calibration,
@@ -1537,7 +1588,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "`StreamResult.device_cpu`): its process's, of which its computing threads' inside its micro-batches and "
             f"its event loop's (the comms): {each}.",
         ]
-    lines += _bursty_lines(pd.DataFrame(results["runs"]))
+    lines += _diagnostic_lines(pd.DataFrame(results["runs"]))
     lines += [
         "",
         f"The boards, as `edgelab calibrate` measured them in {c.get('board_timed_in', EARLIER_BOARD_TIMED_IN)} at "
@@ -1571,27 +1622,31 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _bursty_lines(runs: pd.DataFrame) -> list[str]:
-    """The pipelines' clock with the bursty numerator (``bursty_gemm``) beside the verdict's, per repeat."""
+def _diagnostic_lines(runs: pd.DataFrame) -> list[str]:
+    """The pipelines' diagnostic clocks beside the verdict's, per repeat: the bursty numerator, the hand-offs."""
     if "error_bursty" not in runs:
         return []
+    nan = float("nan")
     lines = [
         "",
-        "A diagnostic, not the verdict: the same stream clock with the speed factor's numerator measured in the "
+        "Diagnostics, not the verdict. The same stream clock with the speed factor's numerator measured in the "
         "busiest stage's own pattern (`bursty_gemm`: the GEMM in bursts of that stage's compute CPU a micro-batch on "
         "the unthrottled hosts, asleep the rest of the stream's cycle there, in this process, just before the "
         "limited stream) in place of the continuous GEMM's rate (measured at the repeat's calibration, its other "
-        "hosts training).",
+        "hosts training). And the verdict's clock with each hand-off taking the wall a token stream's hand-offs "
+        "took beyond what the clock charges them (`measure_hop`: two stages that compute nothing, one micro-batch in "
+        "flight, on the limited hosts just before each stream; board ms a hop).",
         "",
         "| devices | cores | repeat | burst / idle (ms) | bursty over continuous rate | error | "
-        "error, bursty numerator |",
-        "|---|---|---|---|---|---|---|",
+        "error, bursty numerator | hand-off (ms) | error, hand-offs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in runs.dropna(subset=["error_bursty"]).sort_values(["devices", "cores", "repeat"]).iterrows():
         lines.append(
             f"| {int(r['devices'])} | {r['cores']:g} | {int(r['repeat'])} | "
             f"{r['stage_burst_ms']:.1f} / {r['stage_idle_ms']:.1f} | {r['bursty_factor'] / r['speed_factor']:.2f} | "
-            f"{r['error']:+.1%} | {r['error_bursty']:+.1%} |"
+            f"{r['error']:+.1%} | {r['error_bursty']:+.1%} | {1e3 * r.get('per_hop_s', nan):.1f} | "
+            f"{r.get('error_hop', nan):+.1%} |"
         )
     return lines
 

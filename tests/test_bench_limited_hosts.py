@@ -336,6 +336,11 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["error_bursty"] == pytest.approx(2 * 1.825 / 6.6 - 1)
     assert out["bursty_factor"] == 2.5
 
+    # Each hand-off 0.1 s longer: three hops a micro-batch, one at a time, 0.3 s more each
+    out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone, hop_s=0.1)
+    assert out["emulated_hop_s"] == pytest.approx(2 * (2.15 + 0.3))
+    assert out["error_hop"] == pytest.approx(2 * 2.45 / 6.6 - 1)
+
     # The busiest stage's pattern: stage 1's 0.16 s of compute a micro-batch, the rest of the 3.3 s cycle idle
     burst, idle = bench.stage_pattern(result)
     assert (burst, idle) == (pytest.approx(0.16), pytest.approx(3.3 - 0.16))
@@ -357,27 +362,59 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     )
 
 
-def test_the_bursty_numerator_s_clock_is_listed_per_repeat_beside_the_verdict_s(bench) -> None:  # type: ignore[no-untyped-def]
+def test_a_hand_off_is_the_token_stream_s_wall_the_clock_leaves_out_over_its_hops(bench, board: DeviceProfile) -> None:  # type: ignore[no-untyped-def]
+    from edgelab.pipeline.stream import StreamResult
+
+    # Prepare: two stages that compute 1 ms of CPU each inside a 0.2-core quota (5 ms of the board's), two
+    # micro-batches one at a time, no bytes; the messages priced 10 ms a micro-batch: the clock says 2 x 2 x 15 ms
+    rows = [
+        {
+            "branch": 0,
+            "stage": f"stage{i}",
+            "device": f"b-{i}",
+            "micro_batch": m,
+            "images": 1,
+            "cpu_s": 0.002,
+            "compute_cpu_s": 0.001,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "t_start": 0.0,
+            "t_end": 0.0,
+        }
+        for m in range(2)
+        for i in range(2)
+    ]
+    sends = pd.DataFrame({"micro_batch": [0, 1], "branch": [0, 0], "bytes": [0, 0]})
+    empty = pd.DataFrame()
+    price = {"per_message_s": 0.01, "per_byte_s": 0.0}
+
+    def token_stream(wall_s: float) -> StreamResult:
+        return StreamResult([], pd.DataFrame(rows), sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=wall_s)
+
+    # Execute: the stream took 0.18 s, 0.12 s more than the clock, over 2 micro-batches of 3 hops each
+    out = bench.hop_latency(token_stream(0.18), board, 0.2, price)
+
+    # Assert
+    assert out["hop_clock_s"] == pytest.approx(0.06)
+    assert out["per_hop_s"] == pytest.approx(0.02)
+    # and a stream faster than its clock leaves nothing out
+    assert bench.hop_latency(token_stream(0.05), board, 0.2, price)["per_hop_s"] == 0.0
+
+
+def test_the_diagnostic_clocks_are_listed_per_repeat_beside_the_verdict_s(bench) -> None:  # type: ignore[no-untyped-def]
+    bursty = {"bursty_factor": 32.0, "error_bursty": -0.02, "stage_burst_ms": 14.0, "stage_idle_ms": 30.5}
     runs = pd.DataFrame(
         [
-            {
-                "devices": 2,
-                "cores": 0.2,
-                "repeat": 1,
-                "error": 0.12,
-                "speed_factor": 40.0,
-                "bursty_factor": 32.0,
-                "error_bursty": -0.02,
-                "stage_burst_ms": 14.0,
-                "stage_idle_ms": 30.5,
-            },
-            {"devices": 2, "cores": 0.2, "repeat": 0, "error": 0.09, "speed_factor": 40.0},  # a row without it
+            {"devices": 2, "cores": 0.2, "repeat": 1, "error": 0.12, "speed_factor": 40.0, **bursty},
+            {"devices": 2, "cores": 0.2, "repeat": 0, "error": 0.09, "speed_factor": 40.0},  # a row without them
         ]
     )
-    lines = bench._bursty_lines(runs)
-    assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% |"
+    lines = bench._diagnostic_lines(runs)
+    assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% | nan | +nan% |"
     assert len([line for line in lines if line.startswith("| 2 ")]) == 1
-    assert bench._bursty_lines(runs.drop(columns="error_bursty")) == []
+    lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, error_hop=0.051))
+    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | +5.1% |")
+    assert bench._diagnostic_lines(runs.drop(columns="error_bursty")) == []
 
 
 def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(bench) -> None:  # type: ignore[no-untyped-def]

@@ -77,6 +77,20 @@ def test_a_clock_that_charges_messages_takes_the_computing_threads_cpu_and_an_un
         compose(records, sends, [[("a", "d0")]], cpu_column="wall_s", **kwargs)
 
 
+def test_a_hand_off_s_wall_delays_every_hop_but_keeps_no_device_busy() -> None:
+    # Prepare: two stages of 1 s each on two devices, 0.2 s a hand-off
+    records, sends = _records({"a": 1.0, "b": 1.0}, 4)
+    kwargs = {"profile": FAST, "speed_factor": 1.0, "messages": MessageCost(per_hop_s=0.2)}
+    # Execute
+    one = compose(records, sends, [[("a", "d0"), ("b", "d1")]], max_in_flight=1, **kwargs)
+    four = compose(records, sends, [[("a", "d0"), ("b", "d1")]], max_in_flight=4, **kwargs)
+    # Assert: one at a time, three hops a micro-batch (in, between, out): 4 x (2 + 0.6) s; four in flight, the
+    # devices stay 1 s a micro-batch and the hops show only in the first and last: 0.2 + 1 + 0.2 + 4 x 1 + 0.2 s
+    assert one.processing_s == pytest.approx(4 * 2.6)
+    assert four.processing_s == pytest.approx(5.6)
+    assert four.resources.loc["d0 compute", "median_s"] == pytest.approx(1.0)
+
+
 def test_the_work_on_a_messages_bytes_runs_while_they_are_on_the_wire_and_keeps_the_device_busy() -> None:
     # Prepare: the master sends 1 MB a micro-batch over 8 Mbit/s (1 s); taking it in costs the device 0.5 s of
     # work (0.5 us a byte), computing 1 s; nothing comes back

@@ -19,7 +19,12 @@ micro-batch in the order they entered:
   arrived and that work is done; handing an output on runs beside the uplink,
   whose last byte leaves no sooner than the work is done;
 * at most ``max_in_flight`` micro-batches are in the system: the next is sent
-  when one comes out (the stream's backpressure).
+  when one comes out (the stream's backpressure);
+* a hand-off (``MessageCost.per_hop_s``, default none) takes that much more wall
+  time between a micro-batch leaving one device and arriving at the next, beside
+  the link's latency: the framework's path from one task to the next (the
+  scheduler told, the next device told, the data fetched), which no device is
+  busy for the whole of.
 
 The bound is the slowest resource's median time per micro-batch (a device's
 compute or a link), the most throughput any schedule of these measured costs
@@ -71,11 +76,13 @@ class MessageCost:
     """Device seconds a stage spends on a micro-batch's messages: taking its input in, handing its output on.
 
     ``per_message_s`` whatever their size (the event loop, the task's bookkeeping), ``per_byte_s`` on each
-    byte in and out (TLS, framing, the socket).
+    byte in and out (TLS, framing, the socket). ``per_hop_s``: not device time but the wall a hand-off takes
+    beyond the link's latency and bytes, on every hop (the master's to the first stage and back included).
     """
 
     per_message_s: float = 0.0
     per_byte_s: float = 0.0
+    per_hop_s: float = 0.0
 
     def byte_seconds(self, row: Any, column: str) -> float:
         """The device's work on one side's bytes of a stage's record (``bytes_in`` or ``bytes_out``)."""
@@ -171,7 +178,7 @@ def compose(
             for i, (stage, device) in enumerate(chain):
                 row = cost.loc[(b, stage, m)]
                 take_in, hand_on = messages.byte_seconds(row, "bytes_in"), messages.byte_seconds(row, "bytes_out")
-                arrive = sent_until + latency
+                arrive = sent_until + latency + messages.per_hop_s
                 begin = max(arrive, max(sent_from, device_free.get(device, 0.0)) + take_in)
                 compute = float(row[cpu_column]) * speed_factor + messages.per_message_s
                 end = begin + compute
@@ -195,7 +202,7 @@ def compose(
                         "transfer_s": sent / rate + latency,
                     }
                 )
-            arrivals.append(sent_until + latency)
+            arrivals.append(sent_until + latency + messages.per_hop_s)
         out_arrival[m] = max(arrivals)
     timeline = pd.DataFrame(rows)
     total_images = int(images.sum())
