@@ -469,9 +469,14 @@ def measure_message_stream(
     flight, a device's event loop handles messages as the pipeline's do, several a
     wake-up.
     """
-    result = identity_stream(
-        cluster, payload_bytes=payload_bytes, micro_batches=micro_batches, max_in_flight=max_in_flight
+    return message_cpu(
+        identity_stream(cluster, payload_bytes=payload_bytes, micro_batches=micro_batches, max_in_flight=max_in_flight)
     )
+
+
+def message_cpu(result: StreamResult) -> dict[str, Any]:
+    """``measure_message_stream``'s numbers, from a stream of stages that compute nothing (``identity_stream``)."""
+    micro_batches = int(result.records["micro_batch"].nunique())
     compute = result.records.groupby("device")["compute_cpu_s"].sum()
     comms = (result.device_cpu["process_s"] - compute.reindex(result.device_cpu.index).fillna(0.0)) / micro_batches
     return {
@@ -500,59 +505,74 @@ def identity_stream(
     return stream(cluster, placement, models, x, micro_batch=MICRO_BATCH, max_in_flight=max_in_flight)
 
 
-def hop_latency(result: StreamResult, board: DeviceProfile, cores: float, message: dict[str, Any]) -> dict[str, Any]:
-    """What a hand-off takes beyond what the stream clock charges for it, board seconds a hop.
-
-    ``result``: a stream that computes nothing, one micro-batch in flight, on the limited hosts (``identity_stream``),
-    so its wall is hand-offs and messages alone. The clock composes the same stream (its records' CPU inside the
-    quota is ``1 / cores`` board seconds a second, the board's link, ``message``'s price); the wall it leaves out,
-    over the stream's hops (the master's to the first stage, between the stages, back), is ``per_hop_s``.
-    """
-    priced = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"])
-    clock = stream_clock.compose(
+def _identity_clock_s(result: StreamResult, board: DeviceProfile, message: dict[str, Any], per_hop_s: float) -> float:
+    """The stream clock's time for a stream of identity stages run inside quotas of ``message["cores"]``."""
+    priced = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"], per_hop_s)
+    return stream_clock.compose(
         result.records,
         result.sends,
         [list(chain) for chain in _branches(result)],
         profile=board,
-        speed_factor=1 / cores,
+        speed_factor=1 / message["cores"],  # their CPU inside the quota: 1 / cores board seconds a second
         max_in_flight=result.max_in_flight,
         messages=priced,
         cpu_column="compute_cpu_s",
-    )
-    hops = result.records["micro_batch"].nunique() * (result.records["stage"].nunique() + 1)
+    ).processing_s
+
+
+def hop_latency(
+    token: StreamResult, loaded: StreamResult, board: DeviceProfile, message: dict[str, Any]
+) -> dict[str, Any]:
+    """The hand-off the stream clock leaves out: the ``per_hop_s`` with which it composes the token stream's wall.
+
+    ``token`` and ``loaded``: the price's own streams (``measure_stream_messages``: stages that compute nothing,
+    as many micro-batches in flight as the pipeline, on the limited hosts). Priced by ``message`` alone the clock
+    keeps their devices busy, where the streams took about 1.5 times their devices' CPU (probes of 2026-12-07):
+    they wait on hand-offs, as the five-host pipeline does. Solved on the token stream (bisection: the clock
+    grows with the hand-off), and checked on the loaded one, whose bytes it was not solved on
+    (``hop_loaded_error``).
+    """
+    wall = token.wall_s
+    lo, hi = 0.0, wall  # one hand-off as long as the whole stream is more than it can have taken
+    if _identity_clock_s(token, board, message, 0.0) >= wall:
+        hi = 0.0
+    for _ in range(40):
+        if hi - lo < 1e-6:
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _identity_clock_s(token, board, message, mid) < wall else (lo, mid)
+    per_hop_s = (lo + hi) / 2
     return {
-        "per_hop_s": max(0.0, (result.wall_s - clock.processing_s) / hops),
-        "hop_stream_s": float(result.wall_s),
-        "hop_clock_s": float(clock.processing_s),
+        "per_hop_s": per_hop_s,
+        "hop_token_clock_s": _identity_clock_s(token, board, message, 0.0),
+        "hop_token_wall_s": float(wall),
+        "hop_loaded_error": _identity_clock_s(loaded, board, message, per_hop_s) / loaded.wall_s - 1,
     }
 
 
-def measure_hop(
-    cluster: DeviceCluster, board: DeviceProfile, cores: float, message: dict[str, Any], micro_batches: int = 48
-) -> dict[str, Any]:
-    """``hop_latency`` of a token stream, one micro-batch in flight, on the hosts as they are."""
-    result = identity_stream(cluster, payload_bytes=64, micro_batches=micro_batches, max_in_flight=1)
-    return hop_latency(result, board, cores, message)
-
-
-def measure_stream_messages(cluster: DeviceCluster, cores: float) -> dict[str, Any]:
+def measure_stream_messages(cluster: DeviceCluster, cores: float, board: DeviceProfile | None = None) -> dict[str, Any]:
     """The board's price of a stream's messages, per micro-batch and per byte, in board seconds.
 
     Two ``measure_message_stream`` on the limited hosts, inside their quotas: a
     token payload and a micro-batch's activations (``HOP_PAYLOAD_BYTES``). A
     device takes the payload in and hands it on once a micro-batch, so a byte costs
     (loaded - token) / (2 x payload) of its CPU; a CPU second inside a quota of
-    ``cores`` is 1 / ``cores`` seconds of the board's time.
+    ``cores`` is 1 / ``cores`` seconds of the board's time. Given the ``board``, also
+    the hand-off the clock leaves out of these streams (``hop_latency``).
     """
-    token = measure_message_stream(cluster, payload_bytes=64)
-    loaded = measure_message_stream(cluster, payload_bytes=HOP_PAYLOAD_BYTES)
-    return {
+    runs = [
+        identity_stream(cluster, payload_bytes=size, micro_batches=96, max_in_flight=IN_FLIGHT)
+        for size in (64, HOP_PAYLOAD_BYTES)
+    ]
+    token, loaded = (message_cpu(run) for run in runs)
+    out = {
         "token": token,
         "loaded": loaded,
         "cores": cores,
         "per_message_s": token["cpu_s"] / cores,
         "per_byte_s": stream_cpu_per_byte(token, loaded) / cores,
     }
+    return out | (hop_latency(*runs, board, out) if board is not None else {})
 
 
 def stream_cpu_per_byte(token: dict[str, Any], loaded: dict[str, Any]) -> float:
@@ -572,6 +592,11 @@ def _message_row(message: dict[str, Any]) -> dict[str, Any]:
         "message_ns_per_byte": 1e9 * message["per_byte_s"],
         "token_cpu_ms": 1e3 * message["token"]["cpu_s"],
         "loaded_cpu_ms": 1e3 * message["loaded"]["cpu_s"],
+        **{
+            k: message[k]
+            for k in ("per_hop_s", "hop_token_clock_s", "hop_token_wall_s", "hop_loaded_error")
+            if k in message
+        },
     }
 
 
@@ -1181,8 +1206,7 @@ def run_block(
                     # wall it predicts.
                     # The messages are priced again beside each stream, inside the quotas, the machine
                     # as it is then.
-                    message = measure_stream_messages(cluster, cores)
-                    hop = measure_hop(cluster, board, cores, message)  # a diagnostic, as the bursty numerator
+                    message = measure_stream_messages(cluster, cores, board)
                     with unthrottled(hosts):
                         emulated_on = run_stream(cluster, hosts, n)["stream"]
                         alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
@@ -1198,9 +1222,9 @@ def run_block(
                         host=emulated_on,
                         alone=alone,
                         bursty_factor=bursty_factor,
-                        hop_s=hop["per_hop_s"],
+                        hop_s=message["per_hop_s"],  # a diagnostic, as the bursty numerator
                     )
-                    measured |= _message_row(message) | bursty | hop
+                    measured |= _message_row(message) | bursty
                 else:
                     # The board's pace probed either side of the run, on all its hosts at once:
                     # does the speed each host gets then, not the board's at its calibration,
@@ -1633,20 +1657,21 @@ def _diagnostic_lines(runs: pd.DataFrame) -> list[str]:
         "busiest stage's own pattern (`bursty_gemm`: the GEMM in bursts of that stage's compute CPU a micro-batch on "
         "the unthrottled hosts, asleep the rest of the stream's cycle there, in this process, just before the "
         "limited stream) in place of the continuous GEMM's rate (measured at the repeat's calibration, its other "
-        "hosts training). And the verdict's clock with each hand-off taking the wall a token stream's hand-offs "
-        "took beyond what the clock charges them (`measure_hop`: two stages that compute nothing, one micro-batch in "
-        "flight, on the limited hosts just before each stream; board ms a hop).",
+        "hosts training). And the verdict's clock with each hand-off taking as long beyond the link's latency as "
+        "makes the clock compose the message price's own token stream (`hop_latency`: two stages that compute "
+        "nothing, as many micro-batches in flight, on the limited hosts just before each stream; board ms a hop), "
+        "checked on the price's other stream, whose bytes it was not solved on.",
         "",
         "| devices | cores | repeat | burst / idle (ms) | bursty over continuous rate | error | "
-        "error, bursty numerator | hand-off (ms) | error, hand-offs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "error, bursty numerator | hand-off (ms) | its check on the loaded stream | error, hand-offs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in runs.dropna(subset=["error_bursty"]).sort_values(["devices", "cores", "repeat"]).iterrows():
         lines.append(
             f"| {int(r['devices'])} | {r['cores']:g} | {int(r['repeat'])} | "
             f"{r['stage_burst_ms']:.1f} / {r['stage_idle_ms']:.1f} | {r['bursty_factor'] / r['speed_factor']:.2f} | "
             f"{r['error']:+.1%} | {r['error_bursty']:+.1%} | {1e3 * r.get('per_hop_s', nan):.1f} | "
-            f"{r.get('error_hop', nan):+.1%} |"
+            f"{r.get('hop_loaded_error', nan):+.1%} | {r.get('error_hop', nan):+.1%} |"
         )
     return lines
 

@@ -362,7 +362,9 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     )
 
 
-def test_a_hand_off_is_the_token_stream_s_wall_the_clock_leaves_out_over_its_hops(bench, board: DeviceProfile) -> None:  # type: ignore[no-untyped-def]
+def test_a_hand_off_is_what_makes_the_clock_compose_the_token_stream_and_is_checked_on_the_loaded_one(
+    bench, board: DeviceProfile
+) -> None:  # type: ignore[no-untyped-def]
     from edgelab.pipeline.stream import StreamResult
 
     # Prepare: two stages that compute 1 ms of CPU each inside a 0.2-core quota (5 ms of the board's), two
@@ -386,19 +388,22 @@ def test_a_hand_off_is_the_token_stream_s_wall_the_clock_leaves_out_over_its_hop
     ]
     sends = pd.DataFrame({"micro_batch": [0, 1], "branch": [0, 0], "bytes": [0, 0]})
     empty = pd.DataFrame()
-    price = {"per_message_s": 0.01, "per_byte_s": 0.0}
+    price = {"per_message_s": 0.01, "per_byte_s": 0.0, "cores": 0.2}
 
-    def token_stream(wall_s: float) -> StreamResult:
-        return StreamResult([], pd.DataFrame(rows), sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=wall_s)
+    def stream(wall_s: float, **changes: int) -> StreamResult:
+        records = pd.DataFrame(rows).assign(**changes)
+        return StreamResult([], records, sends, empty, empty, micro_batch=1, max_in_flight=1, wall_s=wall_s)
 
-    # Execute: the stream took 0.18 s, 0.12 s more than the clock, over 2 micro-batches of 3 hops each
-    out = bench.hop_latency(token_stream(0.18), board, 0.2, price)
+    # Execute: the token stream took 0.18 s, 0.12 s more than the clock, over 2 micro-batches of 3 hops each; the
+    # loaded one hands 8,000 bytes on from each stage (8 ms on the board's 1 MB/s link) and took 0.20 s
+    out = bench.hop_latency(stream(0.18), stream(0.20, bytes_out=8000), board, price)
 
-    # Assert
-    assert out["hop_clock_s"] == pytest.approx(0.06)
-    assert out["per_hop_s"] == pytest.approx(0.02)
-    # and a stream faster than its clock leaves nothing out
-    assert bench.hop_latency(token_stream(0.05), board, 0.2, price)["per_hop_s"] == 0.0
+    # Assert: 20 ms a hand-off; the loaded stream's clock with it 0.18 s + 2 x 2 x 8 ms, 0.212 s against 0.20
+    assert out["hop_token_clock_s"] == pytest.approx(0.06)
+    assert out["per_hop_s"] == pytest.approx(0.02, abs=1e-5)
+    assert out["hop_loaded_error"] == pytest.approx(0.212 / 0.20 - 1, abs=1e-4)
+    # and a stream as fast as its clock leaves nothing out
+    assert bench.hop_latency(stream(0.05), stream(0.05), board, price)["per_hop_s"] == 0.0
 
 
 def test_the_diagnostic_clocks_are_listed_per_repeat_beside_the_verdict_s(bench) -> None:  # type: ignore[no-untyped-def]
@@ -410,10 +415,10 @@ def test_the_diagnostic_clocks_are_listed_per_repeat_beside_the_verdict_s(bench)
         ]
     )
     lines = bench._diagnostic_lines(runs)
-    assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% | nan | +nan% |"
+    assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% | nan | +nan% | +nan% |"
     assert len([line for line in lines if line.startswith("| 2 ")]) == 1
-    lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, error_hop=0.051))
-    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | +5.1% |")
+    lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, hop_loaded_error=-0.03, error_hop=0.051))
+    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | -3.0% | +5.1% |")
     assert bench._diagnostic_lines(runs.drop(columns="error_bursty")) == []
 
 
