@@ -451,31 +451,13 @@ def measured_link(board: DeviceProfile, link: dict[str, Any]) -> DeviceProfile:
     return replace(board, link_mbps=link["bytes"] * 8 / seconds / 1e6)
 
 
-def measure_message_stream(
-    cluster: DeviceCluster, *, payload_bytes: int, micro_batches: int = 96, max_in_flight: int = IN_FLIGHT
-) -> dict[str, Any]:
-    """What a stream's messages cost a device: a stream of two stages that compute nothing, on the hosts as they are.
-
-    Each stage Keras's ``Identity``, on the first two devices, streamed as the
-    pipeline is (``edgelab.pipeline.stream``: the same tasks, the same
-    backpressure), each micro-batch carrying ``payload_bytes``: each device takes
-    one in and hands one on per micro-batch, as a stage does. Called on the limited
-    hosts, it runs inside their quotas: the board's own comms. Returns ``cpu_s``,
-    a device's process CPU per micro-batch beside its computing threads' (the mean
-    of the two: the event loop, the tasks' bookkeeping, TLS, framing), each
-    device's, and the stream's ``wall_s`` per micro-batch.
-
-    A stream, not a chain of one message at a time: with several micro-batches in
-    flight, a device's event loop handles messages as the pipeline's do, several a
-    wake-up.
-    """
-    return message_cpu(
-        identity_stream(cluster, payload_bytes=payload_bytes, micro_batches=micro_batches, max_in_flight=max_in_flight)
-    )
-
-
 def message_cpu(result: StreamResult) -> dict[str, Any]:
-    """``measure_message_stream``'s numbers, from a stream of stages that compute nothing (``identity_stream``)."""
+    """What a stream's messages cost a device, from a stream of stages that compute nothing (``identity_stream``).
+
+    Run on the limited hosts, inside their quotas: the board's own comms. ``cpu_s``: a device's process CPU per
+    micro-batch beside its computing threads' (the mean of the two: the event loop, the tasks' bookkeeping, TLS,
+    framing), each device's, and the stream's ``wall_s`` per micro-batch.
+    """
     micro_batches = int(result.records["micro_batch"].nunique())
     compute = result.records.groupby("device")["compute_cpu_s"].sum()
     comms = (result.device_cpu["process_s"] - compute.reindex(result.device_cpu.index).fillna(0.0)) / micro_batches
@@ -491,7 +473,14 @@ def message_cpu(result: StreamResult) -> dict[str, Any]:
 def identity_stream(
     cluster: DeviceCluster, *, payload_bytes: int, micro_batches: int, max_in_flight: int
 ) -> StreamResult:
-    """A stream of two stages that compute nothing (Keras's ``Identity``) on the first two devices, warmed first."""
+    """A stream of two stages that compute nothing (Keras's ``Identity``) on the first two devices, warmed first.
+
+    Streamed as the pipeline is (``edgelab.pipeline.stream``: the same tasks, the
+    same backpressure), each micro-batch carrying ``payload_bytes``: each device
+    takes one in and hands one on per micro-batch, as a stage does. A stream, not a
+    chain of one message at a time: with several micro-batches in flight, a
+    device's event loop handles messages as the pipeline's do, several a wake-up.
+    """
     import keras
 
     shape = (max(1, payload_bytes // 4 // MICRO_BATCH),)  # a micro-batch carries the payload whole
@@ -553,7 +542,7 @@ def hop_latency(
 def measure_stream_messages(cluster: DeviceCluster, cores: float, board: DeviceProfile | None = None) -> dict[str, Any]:
     """The board's price of a stream's messages, per micro-batch and per byte, in board seconds.
 
-    Two ``measure_message_stream`` on the limited hosts, inside their quotas: a
+    Two ``identity_stream`` on the limited hosts, inside their quotas (``message_cpu``): a
     token payload and a micro-batch's activations (``HOP_PAYLOAD_BYTES``). A
     device takes the payload in and hands it on once a micro-batch, so a byte costs
     (loaded - token) / (2 x payload) of its CPU; a CPU second inside a quota of
@@ -578,7 +567,7 @@ def measure_stream_messages(cluster: DeviceCluster, cores: float, board: DeviceP
 def stream_cpu_per_byte(token: dict[str, Any], loaded: dict[str, Any]) -> float:
     """A device's CPU seconds per byte it takes in or hands on: the payload goes in and on once a micro-batch.
 
-    ``token`` and ``loaded``: ``measure_message_stream`` with a token payload and a micro-batch's activations;
+    ``token`` and ``loaded``: ``message_cpu`` of streams with a token payload and a micro-batch's activations;
     0 when the payload cost no more CPU than the token.
     """
     added = loaded["cpu_s"] - token["cpu_s"]

@@ -309,7 +309,7 @@ def sustained_gflops(
     waits for the next (the windows then pass in wall seconds, the rate is still
     per CPU second: ``clock="cpu"`` only). A thread that wakes to a cooled cache
     does less per CPU second than one that never stops: on this project's VM
-    0.75-0.89 of the continuous rate, unthrottled, on 2026-12-07.
+    0.75-1.01 of the continuous rate, unthrottled, beside streams of 2026-12-07.
     """
     from threadpoolctl import threadpool_limits
 
