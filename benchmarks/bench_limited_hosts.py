@@ -521,9 +521,9 @@ def hop_latency(
     grows with the hand-off), and checked on the loaded one, whose bytes it was not solved on
     (``hop_loaded_error``).
     """
-    wall = token.wall_s
+    wall, plain = token.wall_s, _identity_clock_s(token, board, message, 0.0)
     lo, hi = 0.0, wall  # one hand-off as long as the whole stream is more than it can have taken
-    if _identity_clock_s(token, board, message, 0.0) >= wall:
+    if plain >= wall:
         hi = 0.0
     for _ in range(40):
         if hi - lo < 1e-6:
@@ -533,7 +533,7 @@ def hop_latency(
     per_hop_s = (lo + hi) / 2
     return {
         "per_hop_s": per_hop_s,
-        "hop_token_clock_s": _identity_clock_s(token, board, message, 0.0),
+        "hop_token_clock_s": plain,
         "hop_token_wall_s": float(wall),
         "hop_loaded_error": _identity_clock_s(loaded, board, message, per_hop_s) / loaded.wall_s - 1,
     }
@@ -792,14 +792,14 @@ def compare_stream(
         priced, cpu_column = stream_clock.MessageCost(message["per_message_s"], message["per_byte_s"]), "compute_cpu_s"
         emulated = clock(priced, cpu_column)
     records = result.records
-    bursty = {}
+    diagnostics: dict[str, float] = {}
     if bursty_factor is not None:
         processing_s = clock(priced, cpu_column, bursty_factor).processing_s
-        bursty = {"emulated_bursty_s": float(processing_s), "error_bursty": float(processing_s / result.wall_s - 1)}
-        bursty["bursty_factor"] = bursty_factor
+        diagnostics |= {"emulated_bursty_s": processing_s, "error_bursty": processing_s / result.wall_s - 1}
+        diagnostics["bursty_factor"] = bursty_factor
     if hop_s is not None:
         processing_s = clock(replace(priced, per_hop_s=hop_s), cpu_column).processing_s
-        bursty |= {"emulated_hop_s": float(processing_s), "error_hop": float(processing_s / result.wall_s - 1)}
+        diagnostics |= {"emulated_hop_s": processing_s, "error_hop": processing_s / result.wall_s - 1}
     return {
         "rounds": int(records["micro_batch"].nunique()),  # micro-batches, in a round's column
         "measured_s": float(result.wall_s),
@@ -829,7 +829,7 @@ def compare_stream(
         # micro-batches, its event loop's (the comms), all its process's.
         **_busiest_cpu(source, "host"),
         **_busiest_cpu(result, "limited"),
-        **bursty,
+        **diagnostics,
     }
 
 
