@@ -298,6 +298,7 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     # and 0.8 s), not beside the process's, which holds the comms already: each micro-batch 1 + 0.5 + 0.5 + 0.9 s
     out = bench.compare_stream(result, board, speed_factor=5.0, message={"per_message_s": 0.1, "per_byte_s": 0.0})
     assert out["emulated_s"] == pytest.approx(5.8) and out["emulated_nominal_s"] == pytest.approx(6.0)
+    assert "error_no_hop" not in out  # a price without a hand-off: no second clock
     assert out["device_message_ms"] == pytest.approx(100.0)
 
     # And 0.1 us a byte in and out: stage 0 takes 1 MB in (0.1 s, under the 1 s transfer) and hands 0.5 MB on
@@ -336,10 +337,13 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["error_bursty"] == pytest.approx(2 * 1.825 / 6.6 - 1)
     assert out["bursty_factor"] == 2.5
 
-    # Each hand-off 0.1 s longer: three hops a micro-batch, one at a time, 0.3 s more each
-    out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone, hop_s=0.1)
-    assert out["emulated_hop_s"] == pytest.approx(2 * (2.15 + 0.3))
-    assert out["error_hop"] == pytest.approx(2 * 2.45 / 6.6 - 1)
+    # A price with a hand-off of 0.1 s: three hops a micro-batch, one at a time, 0.3 s more each in the verdict's
+    # clock (each micro-batch 1 + 0.5 + 0.5 + 0.9 s without them), and the clock without them kept beside it
+    hops = {"per_message_s": 0.1, "per_byte_s": 0.0, "per_hop_s": 0.1}
+    out = bench.compare_stream(result, board, speed_factor=5.0, message=hops)
+    assert out["emulated_s"] == pytest.approx(2 * (2.9 + 0.3))
+    assert out["emulated_no_hop_s"] == pytest.approx(5.8)
+    assert out["error_no_hop"] == pytest.approx(5.8 / 6.6 - 1)
 
     # The busiest stage's pattern: stage 1's 0.16 s of compute a micro-batch, the rest of the 3.3 s cycle idle
     burst, idle = bench.stage_pattern(result)
@@ -418,7 +422,12 @@ def test_the_diagnostic_clocks_are_listed_per_repeat_beside_the_verdict_s(bench)
     assert lines[-1] == "| 2 | 0.2 | 1 | 14.0 / 30.5 | 0.80 | +12.0% | -2.0% | nan | +nan% | +nan% |"
     assert len([line for line in lines if line.startswith("| 2 ")]) == 1
     lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, hop_loaded_error=-0.03, error_hop=0.051))
-    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | -3.0% | +5.1% |")
+    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | -3.0% | +5.1% |")  # a run before the hand-offs' clock
+    assert "error, hand-offs |" in lines[-3]
+    # since the hand-offs are in the verdict's clock, the column beside it is the clock without them
+    lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, hop_loaded_error=-0.03, error_no_hop=-0.04))
+    assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | -3.0% | -4.0% |")
+    assert "error without hand-offs |" in lines[-3]
     assert bench._diagnostic_lines(runs.drop(columns="error_bursty")) == []
 
 
@@ -709,6 +718,10 @@ def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, 
     other = _run_doc("2026-12-05T20:00", {(2, "mlp"): [0.0]}, board="calibrated alone")
     with pytest.raises(ConfigError, match=r"--pool='old.json'.*its board is 'calibrated alone'"):
         bench.pool(now, {"old.json": other})
+    # nor is a run whose pipelines' clock had no hand-offs pooled with one whose clock has them
+    with_hops = _run_doc("2026-12-07T20:30", {(2, "pipeline"): [0.0]}, stream_clock=bench.STREAM_CLOCK)
+    with pytest.raises(ConfigError, match=r"its stream_clock is None"):
+        bench.pool(with_hops, {"old.json": now})
     (tmp_path / "notes.json").write_text('{"runs": []}')
     with pytest.raises(ConfigError, match="config, host and runs"):
         bench.load_run(tmp_path / "notes.json")
