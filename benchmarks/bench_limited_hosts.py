@@ -971,8 +971,9 @@ METHOD_KEYS = (
     "memory_mb",
     "cpu_shares",
     "clock_topology",
-    "stream_clock",
 )
+#: Settings of one kind of row only: an earlier run that differs in one is pooled without those rows.
+ROW_METHOD_KEYS = {"stream_clock": "pipeline"}
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -996,7 +997,10 @@ def pool(results: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> dict[st
 
     More repeats than one run's, for a verdict that a few minutes of this
     machine's changing speed sway less; each repeat keeps its own board, so
-    nothing is fitted across runs. A run of another method is refused.
+    nothing is fitted across runs. A run of another method is refused; one
+    whose clock differs for one kind of row only (``ROW_METHOD_KEYS``: the
+    pipelines' before the hand-offs) is pooled without those rows, listed in
+    ``left_out``.
     """
     config = results["config"]
     for name, doc in earlier.items():
@@ -1009,11 +1013,15 @@ def pool(results: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> dict[st
                     f"{config.get(key)!r}",
                 )
     runs = [{**row, "run": results["host"]["date_utc"]} for row in results["runs"]]
-    for doc in earlier.values():
-        runs += [{**row, "run": doc["host"]["date_utc"]} for row in doc["runs"]]
+    left_out = []
+    for name, doc in earlier.items():
+        other = {model for key, model in ROW_METHOD_KEYS.items() if doc["config"].get(key) != config.get(key)}
+        left_out += [f"{name}: its {model} rows" for model in sorted(other)]
+        runs += [{**row, "run": doc["host"]["date_utc"]} for row in doc["runs"] if row["model"] not in other]
     return {
         "runs": [results["host"]["date_utc"], *(doc["host"]["date_utc"] for doc in earlier.values())],
         "files": list(earlier),
+        "left_out": left_out,
         "summary": summarize(runs),
     }
 
@@ -1026,7 +1034,10 @@ def _pooled_lines(pooled: dict[str, Any]) -> list[str]:
         f"## Pooled with earlier runs of the same method: within 10% in {met} of {len(rows)}",
         "",
         f"The repeats of the runs started {', '.join(pooled['runs'])} (UTC; this run first), each with its own board: "
-        "medians per configuration over them all.",
+        "medians per configuration over them all."
+        + (
+            f" Left out, their clock not this run's: {'; '.join(pooled['left_out'])}." if pooled.get("left_out") else ""
+        ),
         "",
         "| devices | cores each | model | repeats | error (median) | errors over repeats | within 10% | "
         "mean error ± its standard error | slowest / mean device compute |",

@@ -718,15 +718,27 @@ def test_a_run_of_another_method_or_no_run_at_all_is_refused_for_pooling(bench, 
     other = _run_doc("2026-12-05T20:00", {(2, "mlp"): [0.0]}, board="calibrated alone")
     with pytest.raises(ConfigError, match=r"--pool='old.json'.*its board is 'calibrated alone'"):
         bench.pool(now, {"old.json": other})
-    # nor is a run whose pipelines' clock had no hand-offs pooled with one whose clock has them
-    with_hops = _run_doc("2026-12-07T20:30", {(2, "pipeline"): [0.0]}, stream_clock=bench.STREAM_CLOCK)
-    with pytest.raises(ConfigError, match=r"its stream_clock is None"):
-        bench.pool(with_hops, {"old.json": now})
     (tmp_path / "notes.json").write_text('{"runs": []}')
     with pytest.raises(ConfigError, match="config, host and runs"):
         bench.load_run(tmp_path / "notes.json")
     with pytest.raises(ConfigError, match="--pool"):
         bench.load_run(tmp_path / "missing.json")
+
+
+def test_a_run_whose_pipelines_clock_had_no_hand_offs_is_pooled_without_its_pipelines(bench) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: this run's pipelines clocked with hand-offs; an earlier run's without, its data-parallel rows alike
+    now = _run_doc("2026-12-07T20:00", {(2, "mlp"): [0.01], (2, "pipeline"): [0.02]}, stream_clock=bench.STREAM_CLOCK)
+    before = _run_doc("2026-12-07T06:26", {(2, "mlp"): [0.05, 0.07], (2, "pipeline"): [0.15, 0.13]})
+
+    # Execute
+    pooled = bench.pool(now, {"0626.json": before})
+
+    # Assert: the MLP over all three repeats, the pipeline over this run's one alone, and the page says so
+    mlp, pipeline = sorted(pooled["summary"], key=lambda s: s["model"])
+    assert (mlp["repeats"], mlp["error"]) == (3, pytest.approx(0.05))
+    assert (pipeline["repeats"], pipeline["error"]) == (1, pytest.approx(0.02))
+    assert pooled["left_out"] == ["0626.json: its pipeline rows"]
+    assert "Left out, their clock not this run's: 0626.json: its pipeline rows." in bench._pooled_lines(pooled)[3]
 
 
 def test_earlier_runs_of_one_file_name_in_two_folders_are_both_pooled(bench, tmp_path) -> None:  # type: ignore[no-untyped-def]
