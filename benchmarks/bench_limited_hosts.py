@@ -155,8 +155,8 @@ CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 #: theirs were timed in a process of its own in the first host's groups, beside its idle worker.
 BOARD_TIMED_IN = "a task on the first host's own worker, inside its quota"
 EARLIER_BOARD_TIMED_IN = "a process of its own in the first host's groups, beside its idle worker"
-#: What the pipelines' clock charges beside the stages' compute and the link; a run without the hand-offs
-#: (before 2026-12-07, 19:20) is another method and is not pooled with one that has them.
+#: What the pipelines' clock charges beside the stages' compute and the link; the pipeline rows of a run without
+#: the hand-offs (before the run of 2026-12-07, 19:57) are not pooled with a run's that has them (``pool``).
 STREAM_CLOCK = "the message price a micro-batch and a byte, and each hop's hand-off (hop_latency), beside each stream"
 
 
