@@ -1668,16 +1668,16 @@ def _diagnostic_lines(runs: pd.DataFrame) -> list[str]:
         return []
     nan = float("nan")
     in_clock = "error_no_hop" in runs
+    hand_off = (
+        "each hand-off as long beyond the link's latency as makes the clock compose the message price's own token "
+        "stream (`hop_latency`: two stages that compute nothing, as many micro-batches in flight, on the limited "
+        "hosts just before each stream; board ms a hop), checked on the price's other stream, whose bytes it was not "
+        "solved on"
+    )
     hops = (
-        "The verdict's clock takes each hand-off as long beyond the link's latency as makes it compose the message "
-        "price's own token stream (`hop_latency`: two stages that compute nothing, as many micro-batches in flight, "
-        "on the limited hosts just before each stream; board ms a hop), checked on the price's other stream, whose "
-        "bytes it was not solved on; beside it, the same clock without them."
+        f"The verdict's clock takes {hand_off}; beside it, the same clock without them."
         if in_clock
-        else "And the verdict's clock with each hand-off taking as long beyond the link's latency as makes the clock "
-        "compose the message price's own token stream (`hop_latency`: two stages that compute nothing, as many "
-        "micro-batches in flight, on the limited hosts just before each stream; board ms a hop), checked on the "
-        "price's other stream, whose bytes it was not solved on."
+        else f"And the verdict's clock with {hand_off}."
     )
     column, heading = ("error_no_hop", "error without hand-offs") if in_clock else ("error_hop", "error, hand-offs")
     lines = [
