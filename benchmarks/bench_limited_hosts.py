@@ -150,6 +150,8 @@ PIPELINE_IMAGES_AT_FIFTH, MICRO_BATCH, IN_FLIGHT = 1536, 16, 4
 #: What a stream's hop carries: a micro-batch of ResNet-20's activations at full resolution (the 28 x 28 crop
 #: x 16 channels of floats, ``edgelab.models.costs.RESNET_SIDE``).
 HOP_PAYLOAD_BYTES = MICRO_BATCH * RESNET_SIDE * RESNET_SIDE * 16 * 4
+#: Seconds of wall a window of ``forward_pace`` (the diagnostic ``model_speed_factor``) lasts, each side
+STAGE_WINDOW_S = 4.0
 CLOCK = timeline.Topology(ps_link="per_device", master_is_device=False)
 #: Where the board's steps are timed (``calibrate_on_first_host``); runs before 2026-12-07 03:00 lack the key:
 #: theirs were timed in a process of its own in the first host's groups, beside its idle worker.
@@ -749,6 +751,7 @@ def compare_stream(
     host: StreamResult | None = None,
     alone: StreamResult | None = None,
     bursty_factor: float | None = None,
+    stage_factor: float | None = None,
 ) -> dict[str, Any]:
     """The stream's measured wall time against its emulated processing time, and what each is made of.
 
@@ -768,6 +771,8 @@ def compare_stream(
 
     ``bursty_factor``: a diagnostic speed factor whose numerator is the GEMM in the busiest stage's bursts
     (``stage_pattern``), not back to back; the same clock with it is kept as ``emulated_bursty_s``.
+    ``stage_factor``: a diagnostic speed factor from the pipeline's own model timed on the board against its CPU
+    here (``model_speed_factor``); the same clock with it is kept as ``emulated_stage_s``.
     """
     source = host or result
     branches = [list(chain) for chain in _branches(source)]
@@ -805,6 +810,10 @@ def compare_stream(
         processing_s = clock(priced, cpu_column, bursty_factor).processing_s
         diagnostics |= {"emulated_bursty_s": processing_s, "error_bursty": processing_s / result.wall_s - 1}
         diagnostics["bursty_factor"] = bursty_factor
+    if stage_factor is not None:
+        processing_s = clock(priced, cpu_column, stage_factor).processing_s
+        diagnostics |= {"emulated_stage_s": processing_s, "error_stage": processing_s / result.wall_s - 1}
+        diagnostics["stage_factor"] = stage_factor
     if priced.per_hop_s > 0:
         processing_s = clock(replace(priced, per_hop_s=0.0), cpu_column).processing_s
         diagnostics |= {"emulated_no_hop_s": processing_s, "error_no_hop": processing_s / result.wall_s - 1}
@@ -860,6 +869,67 @@ def bursty_gemm(host: StreamResult, seconds: float) -> dict[str, Any]:
         return {}
     rate = sustained_gflops(seconds=seconds / 2, clock="cpu", burst_s=burst, idle_s=idle)
     return {"host_bursty_gflops": rate, "stage_burst_ms": burst * 1e3, "stage_idle_ms": idle * 1e3}
+
+
+def forward_pace(images: np.ndarray, window_s: float) -> dict[str, float]:
+    """The pipeline's whole model run forward on ``images``' micro-batches where this runs (a task on a worker).
+
+    As a stage runs it (a traced ``model(x, training=False)``), one pass untimed, then as many micro-batches as
+    take ``window_s`` of wall: the wall and the computing threads' CPU a micro-batch (``compute_cpu_ns``, the
+    stream records' ``compute_cpu_s``). Built once per worker and kept there.
+    """
+    import tensorflow as tf
+    from distributed import get_worker
+
+    from edgelab.common.compute_cpu import compute_cpu_ns
+    from edgelab.models.builtin import ModelSpec, build_model
+
+    try:
+        kept = get_worker().__dict__.setdefault("_edgelab_pace", {})
+    except ValueError:  # not on a worker: nothing to keep it on
+        kept = {}
+    if "forward" not in kept:
+        model = build_model(ModelSpec(PIPELINE_MODEL))
+        spec = [tf.TensorSpec((None, *images.shape[1:]))]
+        kept["forward"] = tf.function(lambda x: model(x, training=False), input_signature=spec)
+    predict = kept["forward"]
+    batches = [images[i : i + MICRO_BATCH] for i in range(0, len(images) - MICRO_BATCH + 1, MICRO_BATCH)]
+    for x in batches:  # untimed: traces once, warms the caches always
+        predict(x).numpy()
+    done, start, cpu0 = 0, time.perf_counter(), compute_cpu_ns()
+    while time.perf_counter() - start < window_s or done < len(batches):
+        predict(batches[done % len(batches)]).numpy()
+        done += 1
+    wall, cpu1 = time.perf_counter() - start, compute_cpu_ns()
+    cpu = float("nan") if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / 1e9
+    return {"wall_s": wall / done, "cpu_s": cpu / done, "micro_batches": done}
+
+
+def model_speed_factor(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, window_s: float) -> dict[str, Any]:
+    """A diagnostic speed factor from the pipeline's own model: board seconds over host CPU seconds a micro-batch.
+
+    ``forward_pace`` on the first host's worker, its neighbours idle: inside its quota (the wall a micro-batch
+    there is the board's time), then with the quotas lifted (its computing threads' CPU, what the clock composes).
+    The verdict's factor takes a GEMM's rates instead, which lose more to the quota than ResNet-20's stages did
+    (the two-host pipeline's clock came out 14-21% slow with it on 2026-12-07). Measured beside each stream, on
+    the pipeline's own model: a board timing of the run's model, as the data-parallel boards time theirs.
+    """
+    images = np.asarray(_cifar(MICRO_BATCH * 4), np.float32)
+
+    def on_first() -> dict[str, float]:
+        task = cluster.client.submit(
+            forward_pace, images, window_s, workers=[hosts.spec.device(0)], allow_other_workers=False, pure=False
+        )
+        return task.result(timeout=RESTART_TIMEOUT_S)
+
+    board = on_first()
+    with unthrottled(hosts):
+        host = on_first()
+    return {
+        "stage_board_ms": 1e3 * board["wall_s"],
+        "stage_host_cpu_ms": 1e3 * host["cpu_s"],
+        "stage_factor": board["wall_s"] / host["cpu_s"],
+    }
 
 
 def _busiest_cpu(result: StreamResult, side: str) -> dict[str, float]:
@@ -1216,6 +1286,7 @@ def run_block(
                     # The messages are priced again beside each stream, inside the quotas, the machine
                     # as it is then.
                     message = measure_stream_messages(cluster, cores, board)
+                    own = model_speed_factor(cluster, hosts, STAGE_WINDOW_S)  # a diagnostic numerator
                     with unthrottled(hosts):
                         emulated_on = run_stream(cluster, hosts, n)["stream"]
                         alone = run_stream(cluster, hosts, n, max_in_flight=1)["stream"]
@@ -1231,8 +1302,9 @@ def run_block(
                         host=emulated_on,
                         alone=alone,
                         bursty_factor=bursty_factor,
+                        stage_factor=own["stage_factor"],
                     )
-                    measured |= _message_row(message) | bursty
+                    measured |= _message_row(message) | bursty | own
                 else:
                     # The board's pace probed either side of the run, on all its hosts at once:
                     # does the speed each host gets then, not the board's at its calibration,
@@ -1680,17 +1752,27 @@ def _diagnostic_lines(runs: pd.DataFrame) -> list[str]:
         else f"And the verdict's clock with {hand_off}."
     )
     column, heading = ("error_no_hop", "error without hand-offs") if in_clock else ("error_hop", "error, hand-offs")
+    # Runs since 2026-12-07 23:00 also time the pipeline's own model on the board (``model_speed_factor``)
+    own = "error_stage" in runs
+    own_text = (
+        " And the same clock with a speed factor from the pipeline's own model (`model_speed_factor`: ResNet-20 run "
+        "forward on micro-batches on the first host's worker, its wall a micro-batch inside the quota over its "
+        "computing threads' CPU with the quotas lifted, just before each stream) in place of the GEMM's."
+        if own
+        else ""
+    )
     lines = [
         "",
         "Diagnostics, not the verdict. The same stream clock with the speed factor's numerator measured in the "
         "busiest stage's own pattern (`bursty_gemm`: the GEMM in bursts of that stage's compute CPU a micro-batch on "
         "the unthrottled hosts, asleep the rest of the stream's cycle there, in this process, just before the "
         "limited stream) in place of the continuous GEMM's rate (measured at the repeat's calibration, its other "
-        f"hosts training). {hops}",
+        f"hosts training). {hops}{own_text}",
         "",
         "| devices | cores | repeat | burst / idle (ms) | bursty over continuous rate | error | "
-        f"error, bursty numerator | hand-off (ms) | its check on the loaded stream | {heading} |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"error, bursty numerator | hand-off (ms) | its check on the loaded stream | {heading} |"
+        + (" own model's factor over the GEMM's | error, own model's factor |" if own else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if own else ""),
     ]
     for _, r in runs.dropna(subset=["error_bursty"]).sort_values(["devices", "cores", "repeat"]).iterrows():
         lines.append(
@@ -1698,6 +1780,7 @@ def _diagnostic_lines(runs: pd.DataFrame) -> list[str]:
             f"{r['stage_burst_ms']:.1f} / {r['stage_idle_ms']:.1f} | {r['bursty_factor'] / r['speed_factor']:.2f} | "
             f"{r['error']:+.1%} | {r['error_bursty']:+.1%} | {1e3 * r.get('per_hop_s', nan):.1f} | "
             f"{r.get('hop_loaded_error', nan):+.1%} | {r.get(column, nan):+.1%} |"
+            + (f" {r['stage_factor'] / r['speed_factor']:.2f} | {r['error_stage']:+.1%} |" if own else "")
         )
     return lines
 

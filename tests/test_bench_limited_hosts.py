@@ -7,6 +7,7 @@ import os
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -336,6 +337,13 @@ def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(
     assert out["emulated_bursty_s"] == pytest.approx(2 * 1.825)
     assert out["error_bursty"] == pytest.approx(2 * 1.825 / 6.6 - 1)
     assert out["bursty_factor"] == 2.5
+    # and a factor from the pipeline's own model, 10: the same clock at speed factor 10, each micro-batch
+    # 1 + 0.5 + 0.5 + 0.8 s, kept beside the verdict's, which it does not move
+    out = bench.compare_stream(result, board, speed_factor=5.0, host=host, alone=alone, stage_factor=10.0)
+    assert out["emulated_s"] == pytest.approx(2 * 2.15)
+    assert out["emulated_stage_s"] == pytest.approx(2 * 2.8)
+    assert out["error_stage"] == pytest.approx(2 * 2.8 / 6.6 - 1)
+    assert out["stage_factor"] == 10.0 and "error_bursty" not in out
 
     # A price with a hand-off of 0.1 s: three hops a micro-batch, one at a time, 0.3 s more each in the verdict's
     # clock (each micro-batch 1 + 0.5 + 0.5 + 0.9 s without them), and the clock without them kept beside it
@@ -428,7 +436,22 @@ def test_the_diagnostic_clocks_are_listed_per_repeat_beside_the_verdict_s(bench)
     lines = bench._diagnostic_lines(runs.assign(per_hop_s=0.0213, hop_loaded_error=-0.03, error_no_hop=-0.04))
     assert lines[-1].endswith("| +12.0% | -2.0% | 21.3 | -3.0% | -4.0% |")
     assert "error without hand-offs |" in lines[-3]
+    # and since the pipeline's own model is timed on the board, its factor's clock beside them
+    lines = bench._diagnostic_lines(runs.assign(error_no_hop=-0.04, stage_factor=30.0, error_stage=0.031))
+    assert lines[-1].endswith("| -4.0% | 0.75 | +3.1% |")
+    assert "own model's factor over the GEMM's |" in lines[-3]
     assert bench._diagnostic_lines(runs.drop(columns="error_bursty")) == []
+
+
+def test_the_pipeline_s_own_model_is_timed_forward_on_micro_batches(bench) -> None:  # type: ignore[no-untyped-def]
+    # Act: ResNet-20 forward on two micro-batches of CIFAR-shaped images, a window of 0.2 s, here (not a worker)
+    images = np.random.default_rng(0).random((2 * bench.MICRO_BATCH, 28, 28, 3), dtype=np.float32)
+    out = bench.forward_pace(images, 0.2)
+
+    # Assert: at least every micro-batch once and as many as fill the window, its wall and CPU a micro-batch
+    assert out["micro_batches"] >= 2
+    assert out["wall_s"] * out["micro_batches"] >= 0.2
+    assert out["wall_s"] > 0 and out["cpu_s"] > 0
 
 
 def test_the_busiest_device_s_cpu_is_split_into_its_compute_and_its_event_loop(bench) -> None:  # type: ignore[no-untyped-def]
