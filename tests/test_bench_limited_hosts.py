@@ -243,6 +243,49 @@ def test_each_configuration_is_summarized_by_its_medians_and_judged_against_the_
     assert five["within_target"] is False and "emulated_s" not in five  # a column it lacks is left out
 
 
+def test_a_repeat_run_again_for_the_hypervisor_s_steal_is_judged_by_its_steal_never_by_its_error(bench) -> None:  # type: ignore[no-untyped-def]
+    # Prepare: repeat 0 stolen 12% (error -25%), run again at 2% (error +9%); repeat 1 stolen over the limit in
+    # all three attempts, the least stolen (6%) the worst error; repeat 2 under it at once; a row without a
+    # steal read (NaN) counts as under it
+    def row(repeat, attempt, steal, error):  # type: ignore[no-untyped-def]
+        return {
+            "devices": 2,
+            "cores": 0.2,
+            "model": "mlp",
+            "repeat": repeat,
+            "attempt": attempt,
+            "machine_stolen_of_wanted": steal,
+            "error": error,
+            "measured_s": 1.0,
+        }
+
+    rows = [
+        row(0, 0, 0.12, -0.25),
+        row(0, 1, 0.02, 0.09),
+        row(1, 0, 0.30, 0.01),
+        row(1, 1, 0.06, -0.40),
+        row(1, 2, 0.08, 0.02),
+        row(2, 0, float("nan"), 0.03),
+    ]
+
+    # Execute
+    kept = bench.judged(rows)
+    [summary] = bench.summarize(rows)
+    lines = bench._steal_lines(rows, kept, {"steal_limit": 0.05, "steal_retries": 2})
+
+    # Assert: one row a repeat, picked by steal; the verdict's median over them, the others counted apart
+    assert [(r["repeat"], r["attempt"]) for r in kept] == [(0, 1), (1, 1), (2, 0)]
+    assert summary["repeats"] == 3 and summary["not_judged"] == 3
+    assert summary["error"] == pytest.approx(0.03) and summary["error_min"] == pytest.approx(-0.40)
+    assert lines[-1].endswith(
+        "Not judged in this run: 3 (2 x 0.2 mlp, repeat 0: 12.0% stolen, error -25.0%; 2 x 0.2 mlp, repeat 1: "
+        "30.0% stolen, error +1.0%; 2 x 0.2 mlp, repeat 1: 8.0% stolen, error +2.0%)."
+    )
+    # a run before the rule: every row judged, nothing said
+    assert bench._steal_lines(rows[:1], rows[:1], {}) == []
+    assert bench.judged([{k: v for k, v in r.items() if k != "attempt"} for r in rows[2:3]])[0]["error"] == 0.01
+
+
 def test_a_stream_is_emulated_stage_by_stage_at_the_speed_factor_over_the_links(bench, board: DeviceProfile) -> None:  # type: ignore[no-untyped-def]
     from edgelab.pipeline.stream import StreamResult
 
