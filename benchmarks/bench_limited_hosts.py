@@ -914,9 +914,10 @@ def model_speed_factor(cluster: DeviceCluster, hosts: shaped_hosts.ShapedHosts, 
 
     ``forward_pace`` on the first host's worker, its neighbours idle: inside its quota (the wall a micro-batch
     there is the board's time), then with the quotas lifted (its computing threads' CPU, what the clock composes).
-    The verdict's factor takes a GEMM's rates instead, which lose more to the quota than ResNet-20's stages did
-    (the two-host pipeline's clock came out 14-21% slow with it on 2026-12-07). Measured beside each stream, on
-    the pipeline's own model: a board timing of the run's model, as the data-parallel boards time theirs.
+    Measured beside each stream, on the pipeline's own model: a board timing of the run's model, as the
+    data-parallel boards time theirs. Tried because the two-host pipeline's clock came out 14-21% slow with the
+    GEMM's factor (2026-12-07, 19:57), taken to lose more to the quota than ResNet-20 does; its first run
+    (22:35) found the opposite (5.7-7.1 against the GEMM's 5.2-7.0), so it stays beside the verdict.
     """
     images = np.asarray(_cifar(MICRO_BATCH * 4), np.float32)
 
