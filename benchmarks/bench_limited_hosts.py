@@ -1607,7 +1607,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "# The emulated clock against limited hosts",
         "",
         f"LeNet on MNIST, batch {c['batch_size']}, {c['rounds_per_run']} synchronous rounds per run (one pass over "
-        f"each device's data: {c['steps_per_round_at_0.2_cores']} steps at 0.2 cores, scaled to the quota), medians of "
+        f"each device's data: {_steps_text(c['steps_per_round_at_0.2_cores'])} at 0.2 cores, scaled to the quota), "
+        "each column's median (the error's is the repeats' errors' median, not the ratio of the seconds' medians) of "
         f"{c['repeats']} interleaved repeats. Each device a shaped host: {c['link_mbit']:g} Mbit/s link (tc tbf, both "
         f"directions), a CFS quota of its cores, {c['memory_mb']} MiB ceiling, cpu.shares {c['cpu_shares']}. "
         f"Emulated: the board calibrated in {c.get('board_timed_in', EARLIER_BOARD_TIMED_IN)}, while the run's "
@@ -1772,6 +1773,14 @@ def render_markdown(results: dict[str, Any]) -> str:
         "charged for and no device gets.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _steps_text(steps: dict[str, int]) -> str:
+    """``{"mlp": 900, "cnn": 40}`` as ``"900 steps of mlp, 40 of cnn"``."""
+    parts = [f"{n} of {m}" for m, n in steps.items()]
+    if parts:
+        parts[0] = parts[0].replace(" of ", " steps of ", 1)
+    return ", ".join(parts)
 
 
 def _steal_lines(rows: list[dict[str, Any]], kept: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:

@@ -865,6 +865,8 @@ def test_a_run_that_fails_part_way_writes_the_runs_it_had_and_says_it_ended_earl
     assert page[2].startswith(
         "**This run ended early** (TimeoutError: a worker did not shut down within 120 s): 2 runs"
     )
+    steps = committed["config"]["steps_per_round_at_0.2_cores"]
+    assert f"data: {steps['mlp']} steps of mlp, {steps['cnn']} of cnn at 0.2 cores" in page[4]
 
 
 def test_a_run_that_fails_before_any_run_writes_nothing(bench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
