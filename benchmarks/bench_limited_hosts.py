@@ -242,21 +242,26 @@ def idle_cores(hosts: shaped_hosts.ShapedHosts, seconds: float = 20.0) -> float:
     return used / 1e9 / seconds / len(hosts.cgroups)
 
 
+def _kept_on_worker() -> dict[str, Any]:
+    """What the probes build once and keep on the worker they run on; a fresh dict where no worker runs them."""
+    from distributed import get_worker
+
+    try:
+        return get_worker().__dict__.setdefault("_edgelab_pace", {})
+    except ValueError:  # not on a worker: nothing to keep it on
+        return {}
+
+
 def _pace_kit(model: str) -> tuple[Any, Any, Any]:
     """``model`` built, a shard of ``PACE_IMAGES`` random images and its first weights: kept on the worker.
 
     Built once per worker (and kept there): every later probe, and the load
     beside a calibration, trains the same model from the same shard.
     """
-    from distributed import get_worker
-
     from edgelab.models.builtin import ModelSpec, build_model
     from edgelab.runtime.steps import Shard, get_weights
 
-    try:
-        kept = get_worker().__dict__.setdefault("_edgelab_pace", {})
-    except ValueError:  # not on a worker: nothing to keep it on
-        kept = {}
+    kept = _kept_on_worker()
     if model not in kept:
         rng = np.random.default_rng(0)
         x = rng.integers(0, 256, size=(PACE_IMAGES, 28, 28), dtype=np.uint8)
@@ -883,15 +888,11 @@ def forward_pace(images: np.ndarray, window_s: float) -> dict[str, float]:
     stream records' ``compute_cpu_s``). Built once per worker and kept there.
     """
     import tensorflow as tf
-    from distributed import get_worker
 
     from edgelab.common.compute_cpu import compute_cpu_ns
     from edgelab.models.builtin import ModelSpec, build_model
 
-    try:
-        kept = get_worker().__dict__.setdefault("_edgelab_pace", {})
-    except ValueError:  # not on a worker: nothing to keep it on
-        kept = {}
+    kept = _kept_on_worker()
     if "forward" not in kept:
         model = build_model(ModelSpec(PIPELINE_MODEL))
         spec = [tf.TensorSpec((None, *images.shape[1:]))]
